@@ -1,0 +1,356 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Build the tiny model, tokenizer and datasets that every CPU test and the CPU demo run on.
+
+Nothing can be downloaded from a model hub, so everything is generated locally and deterministically:
+
+- ``data/train.parquet`` and ``data/val.parquet``: synthetic one-step arithmetic word problems
+  ("Tom has 3 apples and buys 4 more. ...") in verl's RL schema, with ``extra_info.question`` and
+  ``extra_info.solution``.
+- ``model/``: a byte-level BPE tokenizer trained on generated problem text (digits stay single tokens), wrapped in
+  ``PreTrainedTokenizerFast`` with a ChatML chat template that understands Qwen3's ``enable_thinking``, saved next to a
+  randomly initialised ``Qwen3ForCausalLM`` (~107k parameters, float32) and its ``generation_config.json``.
+
+The result lives in ``<cache_root>/<content hash>/``. The hash covers every build parameter, the builder version and
+the versions of the libraries that shape the bytes, so a second call returns at once; a build writes into a temporary
+folder that is renamed into place atomically, so concurrent builders never see a half-written folder.
+
+Usage::
+
+    python -m treetune_scripts.make_tiny_assets [--cache-root DIR] [--force]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+
+# Bump whenever the builder changes what it writes: the cache key changes with it.
+BUILDER_VERSION = "tiny-assets-v1"
+CACHE_ENV_VAR = "TREETUNE_TINY_ASSETS_CACHE"
+DATA_SOURCE = "tiny_arith"
+INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+
+PAD_TOKEN = "<|endoftext|>"
+IM_START_TOKEN = "<|im_start|>"
+EOS_TOKEN = "<|im_end|>"
+THINK_TOKENS = ("<think>", "</think>")
+
+# ChatML; with enable_thinking=False the generation prompt gets an empty think block, as Qwen3's template does.
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- endif %}"
+    "{%- endif %}"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class TinyAssetsConfig:
+    """Every parameter of a build; all of them go into the cache key."""
+
+    seed: int = 0
+    num_train: int = 64
+    num_val: int = 16
+    max_answer: int = 20
+    tokenizer_vocab_size: int = 512
+    tokenizer_corpus_problems: int = 2000
+    hidden_size: int = 64
+    intermediate_size: int = 128
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int = 16
+    max_position_embeddings: int = 2048
+    vocab_multiple: int = 64
+    torch_dtype: str = "float32"
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Problems
+# ----------------------------------------------------------------------------------------------------------------------
+
+_NAMES = [("Tom", "he"), ("Anna", "she"), ("Sam", "he"), ("Lily", "she"), ("Ben", "he"), ("Mia", "she")]
+_ITEMS = ["apples", "pencils", "stickers", "books", "cookies", "marbles", "coins", "cards"]
+
+# (template, operator); {a} is the starting amount, {b} the change.
+_TEMPLATES = [
+    ("{name} has {a} {items} and buys {b} more. How many {items} does {pron} have now?", "+"),
+    ("{name} has {a} {items} and finds {b} more. How many {items} does {pron} have?", "+"),
+    ("{name} has {a} {items} and gets {b} more. How many {items} does {pron} have?", "+"),
+    ("{name} has {a} {items} and gives away {b}. How many {items} does {pron} have left?", "-"),
+    ("{name} has {a} {items} and loses {b}. How many {items} does {pron} have left?", "-"),
+    ("There are {a} {items} in a box. {name} takes {b}. How many {items} are left?", "-"),
+]
+
+
+def _sample_problem(rng: random.Random, max_answer: int) -> dict:
+    """One single-operation word problem whose answer and operands lie in [0, max_answer]."""
+    template, operator = rng.choice(_TEMPLATES)
+    name, pronoun = rng.choice(_NAMES)
+    items = rng.choice(_ITEMS)
+    if operator == "+":
+        answer = rng.randint(2, max_answer)
+        a = rng.randint(1, answer - 1)
+        b = answer - a
+    else:
+        a = rng.randint(1, max_answer)
+        b = rng.randint(1, a)
+        answer = a - b
+    question = template.format(name=name, pron=pronoun, items=items, a=a, b=b)
+    solution = f"{a} {operator} {b} = {answer}. \\boxed{{{answer}}}"
+    return {"question": question, "answer": answer, "solution": solution}
+
+
+def generate_problems(rng: random.Random, count: int, max_answer: int, exclude: set[str] | None = None) -> list[dict]:
+    """``count`` distinct problems whose questions are not in ``exclude``."""
+    seen = set(exclude or ())
+    problems = []
+    while len(problems) < count:
+        problem = _sample_problem(rng, max_answer)
+        if problem["question"] not in seen:
+            seen.add(problem["question"])
+            problems.append(problem)
+    return problems
+
+
+def _to_rl_rows(problems: list[dict], split: str) -> list[dict]:
+    """Rows in verl's RL dataset schema (as read by verl.utils.dataset.rl_dataset.RLHFDataset)."""
+    return [
+        {
+            "data_source": DATA_SOURCE,
+            "prompt": [{"role": "user", "content": problem["question"] + "\n" + INSTRUCTION}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(problem["answer"])},
+            "extra_info": {
+                "index": index,
+                "split": split,
+                "question": problem["question"],
+                "solution": problem["solution"],
+            },
+        }
+        for index, problem in enumerate(problems)
+    ]
+
+
+def _write_parquet(rows: list[dict], path: Path) -> None:
+    import pandas as pd
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(path, index=False)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Tokenizer
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _render_chat(problem: dict) -> str:
+    """The full conversation text a problem produces, used as tokenizer training text."""
+    return (
+        f"{IM_START_TOKEN}user\n{problem['question']}\n{INSTRUCTION}{EOS_TOKEN}\n"
+        f"{IM_START_TOKEN}assistant\n{THINK_TOKENS[0]}\n\n{THINK_TOKENS[1]}\n\n{problem['solution']}{EOS_TOKEN}\n"
+    )
+
+
+def build_tokenizer(corpus: list[str], vocab_size: int):
+    """Train a byte-level BPE on ``corpus`` and wrap it for transformers.
+
+    Digits are split off one by one before BPE, so numbers always tokenize digit by digit.
+    """
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
+    bpe.decoder = decoders.ByteLevel()
+    bpe.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size - len(THINK_TOKENS),
+        special_tokens=[PAD_TOKEN, IM_START_TOKEN, EOS_TOKEN],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(corpus, trainer=trainer)
+    # Like Qwen3, the think markers are single tokens that survive decode(skip_special_tokens=True).
+    bpe.add_tokens([AddedToken(token, special=False, normalized=False) for token in THINK_TOKENS])
+
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        pad_token=PAD_TOKEN,
+        eos_token=EOS_TOKEN,
+        additional_special_tokens=[IM_START_TOKEN],
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=1024,
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Model
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def build_model(config: TinyAssetsConfig, tokenizer):
+    """A randomly initialised Qwen3ForCausalLM sized by ``config``; the global torch RNG is left untouched."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    vocab_size = -(-len(tokenizer) // config.vocab_multiple) * config.vocab_multiple
+    model_config = Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_hidden_layers,
+        num_attention_heads=config.num_attention_heads,
+        num_key_value_heads=config.num_key_value_heads,
+        head_dim=config.head_dim,
+        max_position_embeddings=config.max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        torch_dtype=config.torch_dtype,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        model = Qwen3ForCausalLM(model_config)
+    return model.to(getattr(torch, config.torch_dtype))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Build and cache
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+# Their versions join the cache key: they decide the RNG stream, the BPE merges and the file bytes.
+_OUTPUT_SHAPING_LIBRARIES = ("torch", "transformers", "tokenizers", "pyarrow")
+
+
+def default_cache_root() -> Path:
+    """``$TREETUNE_TINY_ASSETS_CACHE`` if set, else ``<repo root>/.cache/tiny_assets``."""
+    from_env = os.environ.get(CACHE_ENV_VAR)
+    if from_env:
+        return Path(from_env)
+    return Path(__file__).resolve().parents[1] / ".cache" / "tiny_assets"
+
+
+def content_hash(config: TinyAssetsConfig) -> str:
+    """Cache key: build parameters, builder version and the library versions that shape the output bytes."""
+    key = {
+        "builder": BUILDER_VERSION,
+        "config": dataclasses.asdict(config),
+        "libraries": {name: importlib.metadata.version(name) for name in _OUTPUT_SHAPING_LIBRARIES},
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _write_assets(config: TinyAssetsConfig, out_dir: Path) -> None:
+    """Write data/ and model/ for ``config`` into the (empty) folder ``out_dir``."""
+    from transformers import GenerationConfig
+
+    train_problems = generate_problems(random.Random(config.seed), config.num_train, config.max_answer)
+    val_problems = generate_problems(
+        random.Random(config.seed + 1),
+        config.num_val,
+        config.max_answer,
+        exclude={p["question"] for p in train_problems},
+    )
+    _write_parquet(_to_rl_rows(train_problems, "train"), out_dir / "data" / "train.parquet")
+    _write_parquet(_to_rl_rows(val_problems, "test"), out_dir / "data" / "val.parquet")
+
+    corpus_problems = generate_problems(
+        random.Random(config.seed + 2), config.tokenizer_corpus_problems, config.max_answer
+    )
+    corpus = [_render_chat(p) for p in train_problems + val_problems + corpus_problems]
+    tokenizer = build_tokenizer(corpus, config.tokenizer_vocab_size)
+
+    model_dir = out_dir / "model"
+    model = build_model(config, tokenizer)
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    GenerationConfig(
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None
+    ).save_pretrained(model_dir)
+
+    info = {"builder": BUILDER_VERSION, "config": dataclasses.asdict(config), "vocab_size": len(tokenizer)}
+    (out_dir / "build_info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+
+
+def build_tiny_assets(
+    cache_root: Path | str | None = None, *, force: bool = False, config: TinyAssetsConfig | None = None
+) -> Path:
+    """Build (or find in the cache) the tiny assets and return their folder.
+
+    Args:
+        cache_root: Folder holding one sub-folder per content hash. Default: :func:`default_cache_root`.
+        force: Rebuild even if the cached folder exists.
+        config: Build parameters; default ``TinyAssetsConfig()``.
+
+    Returns:
+        ``<cache_root>/<content hash>/`` holding ``model/`` (model, tokenizer, generation config),
+        ``data/train.parquet``, ``data/val.parquet`` and ``build_info.json``.
+    """
+    config = config or TinyAssetsConfig()
+    cache_root = Path(cache_root) if cache_root is not None else default_cache_root()
+    final_dir = cache_root / content_hash(config)
+    if final_dir.is_dir() and not force:
+        return final_dir
+
+    cache_root.mkdir(parents=True, exist_ok=True)
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.tmp-", dir=cache_root))
+    tmp_dir.chmod(0o755)  # mkdtemp makes it private; the final folder should be readable like any other
+    try:
+        _write_assets(config, tmp_dir)
+        if force and final_dir.is_dir():
+            trash_dir = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.old-", dir=cache_root))
+            os.replace(final_dir, trash_dir / "old")
+            shutil.rmtree(trash_dir, ignore_errors=True)
+        try:
+            os.rename(tmp_dir, final_dir)
+        except OSError:
+            # Another process finished the same build first; its folder has identical content.
+            if not final_dir.is_dir():
+                raise
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+    return final_dir
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache-root", type=Path, default=None, help="default: $TREETUNE_TINY_ASSETS_CACHE or .cache/")
+    parser.add_argument("--force", action="store_true", help="rebuild even if the cached assets exist")
+    args = parser.parse_args(argv)
+    print(build_tiny_assets(args.cache_root, force=args.force))
+
+
+if __name__ == "__main__":
+    main()
