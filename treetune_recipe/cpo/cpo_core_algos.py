@@ -1,0 +1,603 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""CPO algorithm core: advantage wrappers, difficulty mask, loss positions, the ``cpo`` advantage estimator.
+
+Read top to bottom: primitives, then the 18 advantage wrappers (each docstring is its formula), then the
+difficulty mask, the ``loss_position`` masks and the advantage estimator. The math is the reference fork's
+(spec ``cpo_algorithm.md`` §4-§6); differences from it are listed in §13 and noted where they apply.
+
+Notation (all ``[B, T]`` unless noted; B responses, T padded response width):
+    A      advantages (GRPO, already 0 on padding)
+    V      valid response tokens (``response_mask`` as bool)
+    g, o   log-probs of the response tokens with / without the hint in the prompt (``gw_log_probs``,
+           ``old_log_probs``)
+    H      current-policy token entropy (detached)
+    r      sequence reward ``[B]``; D difficulty ``[B]`` (-1 all wrong, +1 all correct, 0 mixed)
+    δ      log-ratio g - o;  ρ̃ = clamp(exp δ, 1/λ, λ);  MI = exp(g)·δ;  MI_c = min(MI, 10);  δ_c = clamp(δ, ±10)
+    U      per-sequence min-max entropy over valid tokens, in [0, 1] on V
+    K̄, Ū   per-sequence mean of δ and of H over valid tokens (broadcast over T)
+    λ, α⁺, α⁻  ``cfg.cpo_lambda``, ``cfg.pos_alpha``, ``cfg.neg_alpha``
+
+Reference quirks kept on purpose (they are part of each formula, so every wrapper gives the reference function's
+values, float32 within 1e-5, on any input): "correct" means r == 1 and "wrong" r != 1 with exact float equality;
+an α branch runs only if the α is truthy (0 or None disable it, a negative α is applied); ``naive*``/``noaccmask``
+use the row max of H over all T positions, padding included (harmless in the engine loss: padded H is 0); the
+|A|/2 caps of seq_kl/tok_kl; the final sign clamps of the naive_qwen3/noaccmask/mi/mi_unify families even when
+both α are 0, and none in the mi3 family or ``mi_clamp_unify_difficulty`` (a wrong response can end with a
+positive advantage). Every statement updates valid tokens only; padding is returned as given.
+
+Deliberate differences from the reference: wrappers are functional (a new tensor, never an in-place write);
+the never-produced ``yw_rewards`` input is dropped; one name is one wrapper (the reference applied the naive
+fallback after ``tok_kl`` and chose ``naive`` vs ``naive_qwen3`` from the backbone class).
+"""
+
+from collections.abc import Callable, Sequence
+from functools import cached_property
+
+import numpy as np
+import torch
+from verl.trainer.ppo import core_algos as verl_core_algos
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Primitives
+# ----------------------------------------------------------------------------------------------------------------------
+
+MI_CLAMP_MAX = 10.0  # upper clamp of MI in the *_clamp_* wrappers
+LOG_RATIO_CLAMP = 10.0  # symmetric clamp of δ in the tok_kl wrappers
+_UNCERTAINTY_EPS = 1e-8  # denominator guard of the min-max uncertainty
+_SEQ_MEAN_EPS = 1e-10  # denominator guard of the per-sequence means
+
+
+def log_ratio(gw_log_probs: torch.Tensor, old_log_probs: torch.Tensor) -> torch.Tensor:
+    """δ = g - o, the per-token log-ratio hint vs no hint (the reference calls it "kl"). ``[B, T]``."""
+    return gw_log_probs - old_log_probs
+
+
+def mutual_information(gw_log_probs: torch.Tensor, old_log_probs: torch.Tensor) -> torch.Tensor:
+    """MI = exp(g)·(g - o): the log-ratio weighted by the hinted probability of the token. ``[B, T]``."""
+    return gw_log_probs.exp() * log_ratio(gw_log_probs, old_log_probs)
+
+
+def minmax_uncertainty(entropy: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """U = (H - min_V H) / (max_V H - min_V H + 1e-8), min and max per sequence over valid tokens only.
+
+    Args:
+        entropy: ``[B, T]`` token entropies H.
+        valid: ``[B, T]`` bool mask V.
+
+    Returns:
+        ``[B, T]``; in [0, 1] on valid tokens, 0 for a sequence whose valid entropies are all equal. Values on
+        padding are meaningless (never read); a sequence without valid tokens gives NaN there, also never read.
+    """
+    row_min = entropy.masked_fill(~valid, float("inf")).amin(dim=-1, keepdim=True)
+    row_max = entropy.masked_fill(~valid, float("-inf")).amax(dim=-1, keepdim=True)
+    return (entropy - row_min) / (row_max - row_min + _UNCERTAINTY_EPS)
+
+
+def sequence_mean(values: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Σ_t m·x / (Σ_t m + 1e-10) per sequence, shape ``[B, 1]`` (broadcasts over T). 0 for an empty sequence."""
+    mask = response_mask.to(values.dtype)
+    return (values * mask).sum(dim=-1, keepdim=True) / (mask.sum(dim=-1, keepdim=True) + _SEQ_MEAN_EPS)
+
+
+def add_where(advantages: torch.Tensor, where: torch.Tensor, delta: torch.Tensor | float) -> torch.Tensor:
+    """A + delta on the positions ``where`` is True, A elsewhere (a new tensor)."""
+    return torch.where(where, advantages + delta, advantages)
+
+
+def clamp_signs(advantages: torch.Tensor, nonneg_where: torch.Tensor, nonpos_where: torch.Tensor) -> torch.Tensor:
+    """max(A, 0) on ``nonneg_where``, then min(A, 0) on ``nonpos_where``."""
+    advantages = torch.where(nonneg_where, advantages.clamp(min=0), advantages)
+    return torch.where(nonpos_where, advantages.clamp(max=0), advantages)
+
+
+class CPOTerms:
+    """The inputs of one wrapper call and the derived quantities, computed once on first use.
+
+    Reward predicates are combined with V (``*_tokens``, ``[B, T]``); difficulty predicates are per sequence
+    (``[B, 1]``) and combined with a token set by the formulas.
+    """
+
+    def __init__(self, advantages, gw_log_probs, old_log_probs, entropy, response_mask, seq_rewards, difficulty):
+        self.advantages = advantages
+        self.gw_log_probs = gw_log_probs
+        self.old_log_probs = old_log_probs
+        self.entropy = entropy
+        self.response_mask = response_mask
+        self.rewards = seq_rewards.unsqueeze(-1)
+        self.difficulty = difficulty.unsqueeze(-1)
+
+    @cached_property
+    def valid(self) -> torch.Tensor:
+        return self.response_mask.bool()
+
+    @cached_property
+    def correct_tokens(self) -> torch.Tensor:
+        """V ∧ (r == 1)."""
+        return self.valid & (self.rewards == 1)
+
+    @cached_property
+    def wrong_tokens(self) -> torch.Tensor:
+        """V ∧ (r != 1)."""
+        return self.valid & (self.rewards != 1)
+
+    @cached_property
+    def minus_one_tokens(self) -> torch.Tensor:
+        """V ∧ (r == -1) (never true with 0/1 rewards)."""
+        return self.valid & (self.rewards == -1)
+
+    @cached_property
+    def all_correct_group(self) -> torch.Tensor:
+        return self.difficulty == 1
+
+    @cached_property
+    def all_wrong_group(self) -> torch.Tensor:
+        return self.difficulty == -1
+
+    @cached_property
+    def mixed_group(self) -> torch.Tensor:
+        return self.difficulty == 0
+
+    @cached_property
+    def log_ratio(self) -> torch.Tensor:
+        return log_ratio(self.gw_log_probs, self.old_log_probs)
+
+    @cached_property
+    def mi(self) -> torch.Tensor:
+        return mutual_information(self.gw_log_probs, self.old_log_probs)
+
+    @cached_property
+    def mi_clamped(self) -> torch.Tensor:
+        return self.mi.clamp(max=MI_CLAMP_MAX)
+
+    @cached_property
+    def log_ratio_clamped(self) -> torch.Tensor:
+        return self.log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+
+    @cached_property
+    def uncertainty(self) -> torch.Tensor:
+        return minmax_uncertainty(self.entropy, self.valid)
+
+    @cached_property
+    def seq_log_ratio(self) -> torch.Tensor:
+        return sequence_mean(self.log_ratio, self.response_mask)
+
+    @cached_property
+    def seq_entropy(self) -> torch.Tensor:
+        return sequence_mean(self.entropy, self.response_mask)
+
+    @cached_property
+    def padded_row_max_entropy(self) -> torch.Tensor:
+        """max_t H over all T positions, padding included (reference quirk of the naive wrappers). ``[B, 1]``."""
+        return self.entropy.amax(dim=-1, keepdim=True)
+
+    def hint_ratio_sets(self, cpo_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """(S⁺, S⁻) = (V ∧ ρ̃ ≥ λ ∧ exp(g) > 0.1,  V ∧ ρ̃ ≤ 1/λ ∧ exp(o) > 0.1), ρ̃ = clamp(exp δ, 1/λ, λ)."""
+        ratio = self.log_ratio.exp().clamp(1.0 / cpo_lambda, cpo_lambda)
+        hint_favoured = self.valid & (ratio >= cpo_lambda) & (self.gw_log_probs.exp() > 0.1)
+        hint_disfavoured = self.valid & (ratio <= 1.0 / cpo_lambda) & (self.old_log_probs.exp() > 0.1)
+        return hint_favoured, hint_disfavoured
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Wrapper registry
+# ----------------------------------------------------------------------------------------------------------------------
+
+CPOWrapper = Callable[..., torch.Tensor]
+CPO_WRAPPERS: dict[str, CPOWrapper] = {}
+
+
+def register_cpo_wrapper(name: str) -> Callable[[CPOWrapper], CPOWrapper]:
+    """Register an advantage wrapper under ``name`` (``cpo.wrap_method``); a name can be registered once.
+
+    A wrapper has the signature ``fn(advantages, *, gw_log_probs, old_log_probs, entropy, response_mask,
+    seq_rewards, difficulty, cfg) -> Tensor`` and returns a new ``[B, T]`` tensor without modifying its inputs.
+    """
+
+    def decorator(fn: CPOWrapper) -> CPOWrapper:
+        if name in CPO_WRAPPERS:
+            raise ValueError(f"CPO wrapper {name!r} is already registered ({CPO_WRAPPERS[name].__qualname__}).")
+        CPO_WRAPPERS[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_cpo_wrapper(name: str) -> CPOWrapper:
+    """The wrapper registered as ``name``; ValueError listing the valid names otherwise."""
+    if name not in CPO_WRAPPERS:
+        raise ValueError(f"Unknown CPO wrap_method {name!r}. Valid names: {', '.join(CPO_WRAPPERS)}.")
+    return CPO_WRAPPERS[name]
+
+
+def _formula(formula: Callable[[CPOTerms, object], torch.Tensor]) -> CPOWrapper:
+    """Give a ``formula(terms, cfg)`` the public wrapper signature; never return an input tensor itself."""
+
+    def wrapper(
+        advantages: torch.Tensor,
+        *,
+        gw_log_probs: torch.Tensor,
+        old_log_probs: torch.Tensor,
+        entropy: torch.Tensor,
+        response_mask: torch.Tensor,
+        seq_rewards: torch.Tensor,
+        difficulty: torch.Tensor,
+        cfg,
+    ) -> torch.Tensor:
+        terms = CPOTerms(advantages, gw_log_probs, old_log_probs, entropy, response_mask, seq_rewards, difficulty)
+        out = formula(terms, cfg)
+        return out.clone() if out is advantages else out
+
+    wrapper.__name__, wrapper.__qualname__, wrapper.__doc__ = formula.__name__, formula.__qualname__, formula.__doc__
+    return wrapper
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The 18 advantage wrappers (reference spec §5.3-§5.20). Statements apply in the order written.
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _entropy_credit(x: CPOTerms, cfg, favoured: torch.Tensor, disfavoured: torch.Tensor) -> torch.Tensor:
+    """favoured: A += α⁺·H;  disfavoured: A -= α⁻·(max_t H - H), the row max over all T (padding included)."""
+    adv = x.advantages
+    if cfg.pos_alpha:
+        adv = add_where(adv, favoured, cfg.pos_alpha * x.entropy)
+    if cfg.neg_alpha:
+        adv = add_where(adv, disfavoured, -cfg.neg_alpha * (x.padded_row_max_entropy - x.entropy))
+    return adv
+
+
+@register_cpo_wrapper("naive")
+@_formula
+def naive(x: CPOTerms, cfg) -> torch.Tensor:
+    """S⁺: A += α⁺·H;  S⁻: A -= α⁻·(max_t H - H) (row max over all T, padding included). No reward condition."""
+    hint_favoured, hint_disfavoured = x.hint_ratio_sets(cfg.cpo_lambda)
+    return _entropy_credit(x, cfg, hint_favoured, hint_disfavoured)
+
+
+@register_cpo_wrapper("naive_qwen3")
+@_formula
+def naive_qwen3(x: CPOTerms, cfg) -> torch.Tensor:
+    """S⁺∧(r=1): A += α⁺·H;  S⁻∧(r=-1): A -= α⁻·(max_t H - H);  then A ≥ 0 on r=1, A ≤ 0 on r=-1."""
+    hint_favoured, hint_disfavoured = x.hint_ratio_sets(cfg.cpo_lambda)
+    adv = _entropy_credit(x, cfg, hint_favoured & x.correct_tokens, hint_disfavoured & x.minus_one_tokens)
+    return clamp_signs(adv, x.correct_tokens, x.minus_one_tokens)
+
+
+@register_cpo_wrapper("noaccmask")
+@_formula
+def noaccmask(x: CPOTerms, cfg) -> torch.Tensor:
+    """``naive`` (no reward condition on S±), then A ≥ 0 on r=1, A ≤ 0 on r=-1."""
+    hint_favoured, hint_disfavoured = x.hint_ratio_sets(cfg.cpo_lambda)
+    adv = _entropy_credit(x, cfg, hint_favoured, hint_disfavoured)
+    return clamp_signs(adv, x.correct_tokens, x.minus_one_tokens)
+
+
+@register_cpo_wrapper("mi")
+@_formula
+def mi(x: CPOTerms, cfg) -> torch.Tensor:
+    """MI ≥ 0: A += α⁺·MI·U;  MI < 0: A += α⁻·MI·(1-U) (any reward);  then A ≥ 0 on r=1, A ≤ 0 on r=-1."""
+    adv = x.advantages
+    if cfg.pos_alpha:
+        adv = add_where(adv, x.valid & (x.mi >= 0), cfg.pos_alpha * x.mi * x.uncertainty)
+    if cfg.neg_alpha:
+        adv = add_where(adv, x.valid & (x.mi < 0), cfg.neg_alpha * x.mi * (1 - x.uncertainty))
+    return clamp_signs(adv, x.correct_tokens, x.minus_one_tokens)
+
+
+@register_cpo_wrapper("mi_accmask")
+@_formula
+def mi_accmask(x: CPOTerms, cfg) -> torch.Tensor:
+    """r=1 ∧ MI ≥ 0: A += α⁺·MI·(1+U);  r=-1 ∧ MI < 0: A += α⁻·MI·(2-U);  then A ≥ 0 on r=1, A ≤ 0 on r=-1."""
+    adv = x.advantages
+    if cfg.pos_alpha:
+        adv = add_where(adv, x.correct_tokens & (x.mi >= 0), cfg.pos_alpha * x.mi * (1 + x.uncertainty))
+    if cfg.neg_alpha:
+        adv = add_where(adv, x.minus_one_tokens & (x.mi < 0), cfg.neg_alpha * x.mi * (2 - x.uncertainty))
+    return clamp_signs(adv, x.correct_tokens, x.minus_one_tokens)
+
+
+def _mi_unify(x: CPOTerms, cfg, mi: torch.Tensor) -> torch.Tensor:
+    adv = x.advantages
+    if cfg.pos_alpha:
+        adv = add_where(adv, x.correct_tokens, cfg.pos_alpha * mi * (1 - x.uncertainty))
+    if cfg.neg_alpha:
+        adv = add_where(adv, x.minus_one_tokens, cfg.neg_alpha * mi * (1 - x.uncertainty))
+    return clamp_signs(adv, x.correct_tokens, x.minus_one_tokens)
+
+
+@register_cpo_wrapper("mi_unify")
+@_formula
+def mi_unify(x: CPOTerms, cfg) -> torch.Tensor:
+    """r=1: A += α⁺·MI·(1-U);  r=-1: A += α⁻·MI·(1-U);  then A ≥ 0 on r=1, A ≤ 0 on r=-1."""
+    return _mi_unify(x, cfg, x.mi)
+
+
+@register_cpo_wrapper("mi_clamp_unify")
+@_formula
+def mi_clamp_unify(x: CPOTerms, cfg) -> torch.Tensor:
+    """``mi_unify`` with MI_c = min(MI, 10) in place of MI."""
+    return _mi_unify(x, cfg, x.mi_clamped)
+
+
+@register_cpo_wrapper("mi_clamp_unify_difficulty")
+@_formula
+def mi_clamp_unify_difficulty(x: CPOTerms, cfg) -> torch.Tensor:
+    """D ≠ 0: A += α⁺·MI_c·(1-U);  D = 0 (mixed group): A += α⁻·MI_c·(1-U). Any reward, no sign clamp."""
+    adv = x.advantages
+    if cfg.pos_alpha:
+        adv = add_where(adv, x.valid & ~x.mixed_group, cfg.pos_alpha * x.mi_clamped * (1 - x.uncertainty))
+    if cfg.neg_alpha:
+        adv = add_where(adv, x.valid & x.mixed_group, cfg.neg_alpha * x.mi_clamped * (1 - x.uncertainty))
+    return adv
+
+
+def _uncertainty_bonus(x: CPOTerms, cfg) -> torch.Tensor:
+    """r=1: A += α⁺·U (the correct-response update shared by the mi3 and tok_kl families)."""
+    if cfg.pos_alpha:
+        return add_where(x.advantages, x.correct_tokens, cfg.pos_alpha * x.uncertainty)
+    return x.advantages
+
+
+def _mi3(x: CPOTerms, cfg, wrong: torch.Tensor, sign: float, with_negative_mi: bool) -> torch.Tensor:
+    adv = _uncertainty_bonus(x, cfg)
+    if cfg.neg_alpha:
+        adv = add_where(adv, wrong & (x.mi >= 0), sign * cfg.neg_alpha * x.mi * x.uncertainty)
+        if with_negative_mi:
+            adv = add_where(adv, wrong & (x.mi < 0), sign * cfg.neg_alpha * x.mi * (1 - x.uncertainty))
+    return adv
+
+
+@register_cpo_wrapper("mi3")
+@_formula
+def mi3(x: CPOTerms, cfg) -> torch.Tensor:
+    """r=1: A += α⁺·U;  r≠1: A += α⁻·MI·U where MI ≥ 0, A += α⁻·MI·(1-U) where MI < 0. No sign clamp."""
+    return _mi3(x, cfg, x.wrong_tokens, sign=1.0, with_negative_mi=True)
+
+
+@register_cpo_wrapper("negonly_mi3")
+@_formula
+def negonly_mi3(x: CPOTerms, cfg) -> torch.Tensor:
+    """``mi3`` with the wrong-response updates restricted to all-wrong groups (D = -1)."""
+    return _mi3(x, cfg, x.wrong_tokens & x.all_wrong_group, sign=1.0, with_negative_mi=True)
+
+
+@register_cpo_wrapper("reverse_mi3")
+@_formula
+def reverse_mi3(x: CPOTerms, cfg) -> torch.Tensor:
+    """``mi3`` with both wrong-response updates subtracted: A -= α⁻·MI·U (MI ≥ 0), A -= α⁻·MI·(1-U) (MI < 0)."""
+    return _mi3(x, cfg, x.wrong_tokens, sign=-1.0, with_negative_mi=True)
+
+
+@register_cpo_wrapper("addition_mi3")
+@_formula
+def addition_mi3(x: CPOTerms, cfg) -> torch.Tensor:
+    """``mi3`` without the MI < 0 update: r=1: A += α⁺·U;  r≠1 ∧ MI ≥ 0: A += α⁻·MI·U."""
+    return _mi3(x, cfg, x.wrong_tokens, sign=1.0, with_negative_mi=False)
+
+
+@register_cpo_wrapper("negonly_mi")
+@_formula
+def negonly_mi(x: CPOTerms, cfg) -> torch.Tensor:
+    """r=1: A += α⁺·U;  r≠1 ∧ D=-1: A += α⁻·MI (raw MI, no uncertainty factor, no clamp)."""
+    adv = _uncertainty_bonus(x, cfg)
+    if cfg.neg_alpha:
+        adv = add_where(adv, x.wrong_tokens & x.all_wrong_group, cfg.neg_alpha * x.mi)
+    return adv
+
+
+@register_cpo_wrapper("mi2")
+@_formula
+def mi2(x: CPOTerms, cfg) -> torch.Tensor:
+    """r=1: A += α⁺·U;  r≠1: A += α⁻·MI (raw MI). (The reference also returned MI; only A was ever used.)"""
+    adv = _uncertainty_bonus(x, cfg)
+    if cfg.neg_alpha:
+        adv = add_where(adv, x.wrong_tokens, cfg.neg_alpha * x.mi)
+    return adv
+
+
+@register_cpo_wrapper("negonly_seq_kl")
+@_formula
+def negonly_seq_kl(x: CPOTerms, cfg) -> torch.Tensor:
+    """r=1: A += α⁺·K̄;  r≠1 ∧ D=-1: A += α⁻·K̄. K̄ = the sequence's mean log-ratio; no entropy, no clamp."""
+    adv = x.advantages
+    if cfg.pos_alpha:
+        adv = add_where(adv, x.correct_tokens, cfg.pos_alpha * x.seq_log_ratio)
+    if cfg.neg_alpha:
+        adv = add_where(adv, x.wrong_tokens & x.all_wrong_group, cfg.neg_alpha * x.seq_log_ratio)
+    return adv
+
+
+@register_cpo_wrapper("seq_kl")
+@_formula
+def seq_kl(x: CPOTerms, cfg) -> torch.Tensor:
+    """r=1: A += α⁺·Ū if D=1 else max(α⁺·Ū, -|A|/2);  r≠1: A += α⁻·K̄ if D=-1 else min(α⁻·K̄, |A|/2)."""
+    adv = x.advantages
+    if cfg.pos_alpha:
+        bonus = cfg.pos_alpha * x.seq_entropy
+        adv = add_where(adv, x.correct_tokens & x.all_correct_group, bonus)
+        adv = add_where(adv, x.correct_tokens & ~x.all_correct_group, torch.maximum(bonus, -adv.abs() / 2))
+    if cfg.neg_alpha:
+        shift = cfg.neg_alpha * x.seq_log_ratio
+        adv = add_where(adv, x.wrong_tokens & x.all_wrong_group, shift)
+        adv = add_where(adv, x.wrong_tokens & ~x.all_wrong_group, torch.minimum(shift, adv.abs() / 2))
+    return adv
+
+
+@register_cpo_wrapper("negonly_tok_kl")
+@_formula
+def negonly_tok_kl(x: CPOTerms, cfg) -> torch.Tensor:
+    """r=1: A += α⁺·U;  r≠1 ∧ D=-1: A += α⁻·δ_c, δ_c = clamp(g - o, -10, 10)."""
+    adv = _uncertainty_bonus(x, cfg)
+    if cfg.neg_alpha:
+        adv = add_where(adv, x.wrong_tokens & x.all_wrong_group, cfg.neg_alpha * x.log_ratio_clamped)
+    return adv
+
+
+@register_cpo_wrapper("tok_kl")
+@_formula
+def tok_kl(x: CPOTerms, cfg) -> torch.Tensor:
+    """r=1: A += α⁺·U;  r≠1: A += α⁻·δ_c if D=-1 else min(α⁻·δ_c, |A|/2). (No naive fallback afterwards.)"""
+    adv = _uncertainty_bonus(x, cfg)
+    if cfg.neg_alpha:
+        shift = cfg.neg_alpha * x.log_ratio_clamped
+        adv = add_where(adv, x.wrong_tokens & x.all_wrong_group, shift)
+        adv = add_where(adv, x.wrong_tokens & ~x.all_wrong_group, torch.minimum(shift, adv.abs() / 2))
+    return adv
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Difficulty mask (spec §4, §13.1)
+# ----------------------------------------------------------------------------------------------------------------------
+
+DIFFICULTY_MODES = ("group", "reference")
+
+
+def compute_difficulty_mask(
+    seq_rewards: torch.Tensor, uids: Sequence[str] | np.ndarray, mode: str = "group", success_value: float = 1.0
+) -> torch.Tensor:
+    """Per-response label of its prompt group: -1 all responses failed, +1 all succeeded, 0 mixed.
+
+    Args:
+        seq_rewards: ``[B]`` sequence rewards. A response succeeded iff its reward == ``success_value``
+            (exact equality); anything else is a failure.
+        uids: ``B`` group ids, one per response (verl's ``non_tensor_batch["uid"]``, object array of str).
+        mode: ``"group"`` (the labels above) or ``"reference"`` (all zeros: what the reference fork computed,
+            its comparison of a list with a float is never true; reproduces the published runs).
+        success_value: the reward of a correct response.
+
+    Returns:
+        ``[B]`` float32 on the device of ``seq_rewards``.
+    """
+    if mode not in DIFFICULTY_MODES:
+        raise ValueError(f"Unknown difficulty_mode {mode!r}. Valid modes: {', '.join(DIFFICULTY_MODES)}.")
+    uids = np.asarray(uids)
+    if uids.shape != (seq_rewards.shape[0],):
+        raise ValueError(f"Expected one uid per response: {seq_rewards.shape[0]} rewards, uids of shape {uids.shape}.")
+    if mode == "reference":
+        return torch.zeros(seq_rewards.shape[0], dtype=torch.float32, device=seq_rewards.device)
+
+    _, inverse = np.unique(uids, return_inverse=True)
+    group = torch.as_tensor(inverse.reshape(-1), dtype=torch.long, device=seq_rewards.device)
+    num_groups = int(group.max()) + 1 if group.numel() else 0
+    succeeded = seq_rewards == success_value
+    group_size = torch.bincount(group, minlength=num_groups)
+    group_successes = torch.bincount(group[succeeded], minlength=num_groups)
+    label = (group_successes == group_size).float() - (group_successes == 0).float()
+    return label[group]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# loss_position (spec §6, §13.9): which tokens enter the policy, entropy and KL losses
+# ----------------------------------------------------------------------------------------------------------------------
+
+HIGH_ENTROPY_QUANTILE = 0.8  # "entropy": keep tokens above this entropy quantile (top 20 %)
+FIRST_TOKENS_FRACTION = 0.2  # "first": keep the first 20 % of the tokens
+
+
+def _high_entropy_batch(response_mask: torch.Tensor, entropy: torch.Tensor) -> torch.Tensor:
+    """Reference: V ∧ H > q, q = 0.8-quantile of H·m over all B×T entries of the micro-batch, padding zeros in."""
+    threshold = torch.quantile((entropy * response_mask).flatten().float(), HIGH_ENTROPY_QUANTILE)
+    return response_mask.bool() & (entropy > threshold)
+
+
+def _high_entropy_per_sequence(response_mask: torch.Tensor, entropy: torch.Tensor) -> torch.Tensor:
+    """Fixed: V ∧ H > q_i, q_i = 0.8-quantile of H over the valid tokens of sequence i only."""
+    valid = response_mask.bool()
+    masked = entropy.float().masked_fill(~valid, float("nan"))
+    threshold = torch.nanquantile(masked, HIGH_ENTROPY_QUANTILE, dim=-1, keepdim=True)
+    return valid & (entropy > threshold)
+
+
+def _first_tokens_batch(response_mask: torch.Tensor, entropy: torch.Tensor) -> torch.Tensor:
+    """Reference: V ∧ t < ⌊0.2·T⌋, T the padded width of the micro-batch."""
+    width = response_mask.shape[-1]
+    positions = torch.arange(width, device=response_mask.device)
+    return response_mask.bool() & (positions < int(FIRST_TOKENS_FRACTION * width))
+
+
+def _first_tokens_per_sequence(response_mask: torch.Tensor, entropy: torch.Tensor) -> torch.Tensor:
+    """Fixed: the first ⌊0.2·n_i⌋ valid tokens of sequence i (n_i = its number of valid tokens)."""
+    valid = response_mask.bool()
+    rank = valid.long().cumsum(dim=-1) - 1  # index of each valid token among its sequence's valid tokens
+    keep = torch.floor(valid.sum(dim=-1, keepdim=True).double() * FIRST_TOKENS_FRACTION)
+    return valid & (rank < keep)
+
+
+LOSS_POSITIONS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None] = {
+    "all": None,
+    "entropy": _high_entropy_batch,
+    "first": _first_tokens_batch,
+    "entropy_valid": _high_entropy_per_sequence,
+    "first_seq": _first_tokens_per_sequence,
+}
+
+
+def apply_loss_position(response_mask: torch.Tensor, entropy: torch.Tensor, position: str) -> torch.Tensor:
+    """The response mask restricted to the tokens selected by ``position`` (a new tensor, same dtype).
+
+    Args:
+        response_mask: ``[B, T]`` 0/1 mask of valid response tokens.
+        entropy: ``[B, T]`` current-policy token entropy (read by the entropy positions only).
+        position: ``all`` (unchanged), ``entropy`` / ``first`` (reference semantics, depend on the micro-batch),
+            ``entropy_valid`` / ``first_seq`` (per-sequence fixes, spec §13.9).
+    """
+    if position not in LOSS_POSITIONS:
+        raise ValueError(f"Unknown loss_position {position!r}. Valid positions: {', '.join(LOSS_POSITIONS)}.")
+    select = LOSS_POSITIONS[position]
+    if select is None:
+        return response_mask.clone()
+    return select(response_mask, entropy).to(response_mask.dtype)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Advantage estimator ``cpo`` = GRPO outcome advantage (the wrappers shape it later, in the actor loss)
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def compute_cpo_outcome_advantage(
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray, config=None, **kwargs
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl's GRPO outcome advantage, so that ``algorithm.adv_estimator=cpo`` (the reference scripts' value) works.
+
+    verl's generic estimator path passes ``token_level_rewards, response_mask, config`` (= ``config.algorithm``),
+    ``index`` (uid) and optionally ``reward_baselines`` (ignored, as GRPO does); ``norm_adv_by_std_in_grpo`` is
+    read from ``config`` (default True, as verl's GRPO branch).
+
+    Returns:
+        (advantages, returns), both ``[B, T]``.
+    """
+    norm_adv_by_std = True if config is None else config.get("norm_adv_by_std_in_grpo", True)
+    # SYNC WARNING: verl/trainer/ppo/core_algos.py:compute_grpo_outcome_advantage
+    return verl_core_algos.compute_grpo_outcome_advantage(
+        token_level_rewards=token_level_rewards,
+        response_mask=response_mask,
+        index=index,
+        norm_adv_by_std_in_grpo=norm_adv_by_std,
+        config=config,
+    )
+
+
+def _register_cpo_adv_estimator() -> None:
+    """Register ``cpo`` in verl's estimator registry; a no-op when this module was imported before."""
+    # SYNC WARNING: verl/trainer/ppo/core_algos.py:ADV_ESTIMATOR_REGISTRY
+    registered = verl_core_algos.ADV_ESTIMATOR_REGISTRY.get("cpo")
+    ours = compute_cpo_outcome_advantage
+    if registered is None:
+        verl_core_algos.register_adv_est("cpo")(ours)
+    elif (registered.__module__, registered.__qualname__) != (ours.__module__, ours.__qualname__):
+        raise ValueError(f"verl advantage estimator 'cpo' is already registered by {registered.__module__}.")
+
+
+_register_cpo_adv_estimator()
