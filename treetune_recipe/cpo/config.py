@@ -1,0 +1,121 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""``CPOConfig``: the top-level ``cpo:`` block of the recipe config, validated at startup.
+
+The block is top level because verl's ``ActorConfig`` rejects unknown keys. Defaults are the reference's main run
+(``seq_kl``, λ = 2, α⁺ = 0, α⁻ = 1, all tokens). The object is sent to the workers inside the loss partial, so it
+must stay a plain picklable dataclass.
+"""
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from treetune_recipe.cpo.cpo_core_algos import CPO_WRAPPERS, DIFFICULTY_MODES, LOSS_POSITIONS
+
+
+@dataclass
+class CPOConfig:
+    """CPO knobs (``cpo.*``). See spec ``cpo_algorithm.md`` §5-§7 for what each wrapper does."""
+
+    wrap_method: str = field(
+        default="seq_kl",
+        metadata={"help": f"Advantage wrapper applied in the actor loss. One of: {', '.join(CPO_WRAPPERS)}."},
+    )
+    cpo_lambda: float = field(
+        default=2.0,
+        metadata={"help": "λ > 1: band [1/λ, λ] of the hint/no-hint token probability ratio (naive* and noaccmask)."},
+    )
+    pos_alpha: float | None = field(
+        default=0.0,
+        metadata={"help": "α⁺, scale of the update on correct responses. 0 or null disables it; negative is applied."},
+    )
+    neg_alpha: float | None = field(
+        default=1.0,
+        metadata={"help": "α⁻, scale of the update on wrong responses. 0 or null disables it; negative is applied."},
+    )
+    loss_position: str = field(
+        default="all",
+        metadata={
+            "help": "Tokens that enter the policy/entropy/KL losses: all; entropy, first (reference: top-20 % "
+            "entropy over the micro-batch incl. padding / first 20 % of the padded width); entropy_valid, "
+            "first_seq (per-sequence fixes)."
+        },
+    )
+    difficulty_mode: str = field(
+        default="group",
+        metadata={
+            "help": "group: per prompt group -1 all wrong, +1 all correct, 0 mixed. reference: all zeros, as "
+            "the reference fork computed (reproduces its runs)."
+        },
+    )
+    success_value: float = field(
+        default=1.0,
+        metadata={"help": "Sequence reward of a correct response (difficulty mask and correct/wrong metrics)."},
+    )
+    hint: dict = field(
+        default_factory=dict,
+        metadata={"help": "Hint-prompt settings (owned by the hint builder; passed through unvalidated here)."},
+    )
+
+    def __post_init__(self):
+        _check_choice("wrap_method", self.wrap_method, CPO_WRAPPERS)
+        _check_choice("loss_position", self.loss_position, LOSS_POSITIONS)
+        _check_choice("difficulty_mode", self.difficulty_mode, DIFFICULTY_MODES)
+        for name in ("cpo_lambda", "pos_alpha", "neg_alpha", "success_value"):
+            nullable = name in ("pos_alpha", "neg_alpha")
+            setattr(self, name, _finite_float(name, getattr(self, name), nullable=nullable))
+        if self.cpo_lambda <= 1:
+            raise ValueError(f"cpo.cpo_lambda must be > 1 (ratio band [1/λ, λ]), got {self.cpo_lambda}.")
+        if not isinstance(self.hint, Mapping):
+            raise ValueError(f"cpo.hint must be a mapping, got {type(self.hint).__name__}.")
+        self.hint = dict(self.hint)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any] | None) -> "CPOConfig":
+        """Build from the ``cpo`` block: an OmegaConf ``DictConfig``, a plain mapping, or None (all defaults).
+
+        Raises:
+            ValueError: on an unknown key (listing the valid ones) or an invalid value.
+        """
+        if config is None:
+            return cls()
+        if isinstance(config, DictConfig):
+            config = OmegaConf.to_container(config, resolve=True)
+        if not isinstance(config, Mapping):
+            raise ValueError(f"The cpo config must be a mapping, got {type(config).__name__}.")
+        valid = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(config) - set(valid))
+        if unknown:
+            raise ValueError(f"Unknown cpo config key(s) {unknown}. Valid keys: {', '.join(valid)}.")
+        return cls(**config)
+
+
+def _check_choice(name: str, value: str, valid) -> None:
+    if value not in valid:
+        raise ValueError(f"Unknown cpo.{name} {value!r}. Valid values: {', '.join(valid)}.")
+
+
+def _finite_float(name: str, value: Any, nullable: bool) -> float | None:
+    if value is None and nullable:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"cpo.{name} must be a number, got {value!r}.")
+    if not math.isfinite(value):
+        raise ValueError(f"cpo.{name} must be finite, got {value}.")
+    return float(value)
