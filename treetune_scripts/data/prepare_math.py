@@ -1,0 +1,102 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Prepare MATH (train/test) or MATH-500 in verl's RL parquet schema, keeping the worked solutions.
+
+Examples::
+
+    python -m treetune_scripts.data.prepare_math --preset math_train --input MATH_train.jsonl \
+        --output data/train_math.parquet
+    python -m treetune_scripts.data.prepare_math --preset math500 --output data/test_math500.parquet   # from the hub
+
+Input records need a question (``problem``/``question``) and a worked solution (``solution``); the ground truth is
+``answer`` when present, else the last ``\\boxed{}`` of the solution. Records with neither are skipped (counted).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from treetune_scripts.data.rl_schema import (
+    add_common_arguments,
+    build_row,
+    final_answer_from_solution,
+    first_field,
+    load_records,
+    resolve_data_source,
+    write_rl_parquet,
+)
+
+
+@dataclass(frozen=True)
+class Preset:
+    data_source: str
+    split: str
+    hf_dataset: str
+    hf_split: str
+
+
+PRESETS = {
+    "math_train": Preset("hendrycks_math", "train", "DigitalLearningGmbH/MATH-lighteval", "train"),
+    "math_test": Preset("hendrycks_math", "test", "DigitalLearningGmbH/MATH-lighteval", "test"),
+    "math500": Preset("math500", "test", "HuggingFaceH4/MATH-500", "test"),
+}
+QUESTION_FIELDS = ("problem", "question")
+SOLUTION_FIELDS = ("solution",)
+ANSWER_FIELDS = ("answer", "ground_truth", "final_answer")
+SUBJECT_FIELDS = ("subject", "type")
+LEVEL_FIELDS = ("level",)
+
+
+def convert_records(records: list[dict], args: argparse.Namespace, preset: Preset) -> tuple[list[dict], int]:
+    """Rows for the records that have a question and a ground truth; also returns how many were skipped."""
+    rows, skipped = [], 0
+    data_source = resolve_data_source(args, preset.data_source)
+    for record in records:
+        question = first_field(record, QUESTION_FIELDS)
+        solution = first_field(record, SOLUTION_FIELDS)
+        answer = first_field(record, ANSWER_FIELDS) or final_answer_from_solution(solution)
+        if not question or answer is None:
+            skipped += 1
+            continue
+        rows.append(
+            build_row(
+                data_source=data_source,
+                question=str(question).strip(),
+                ground_truth=str(answer),
+                solution=solution,
+                split=args.split or preset.split,
+                index=len(rows),
+                instruction=args.instruction,
+                system_prompt=args.system_prompt,
+                subject=first_field(record, SUBJECT_FIELDS),
+                level=first_field(record, LEVEL_FIELDS),
+            )
+        )
+    return rows, skipped
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", choices=sorted(PRESETS), required=True, help="which dataset the input is")
+    add_common_arguments(parser)
+    args = parser.parse_args(argv)
+    preset = PRESETS[args.preset]
+    rows, skipped = convert_records(load_records(args, preset.hf_dataset, preset.hf_split), args, preset)
+    path = write_rl_parquet(rows, args.output)
+    print(f"wrote {len(rows)} rows to {path} (skipped {skipped} without a question or an answer)")
+
+
+if __name__ == "__main__":
+    main()
