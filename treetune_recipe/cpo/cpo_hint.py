@@ -89,7 +89,8 @@ class HintConfig:
     system: str | None = _config_field(DEFAULT_SYSTEM, "System message of the hint prompt; null or '' = none.")
     user_template: str = _config_field(
         DEFAULT_USER_TEMPLATE,
-        "User message. Only {question} and {solution} are substituted; every other brace is literal (\\boxed{}).",
+        "User message; null = DEFAULT_USER_TEMPLATE. Only {question} and {solution} are substituted; every other "
+        "brace is literal (\\boxed{}).",
     )
     enable_thinking: bool | None = _config_field(
         None, "Chat-template enable_thinking for the hint prompt; null = as in data.apply_chat_template_kwargs."
@@ -133,6 +134,8 @@ class HintConfig:
         config = _plain(config)
         if not isinstance(config, Mapping):
             raise TypeError(f"cpo.hint must be a mapping, got {type(config).__name__}.")
+        if "user_template" in config and config["user_template"] is None:  # null = the built-in wording
+            config = {key: value for key, value in config.items() if key != "user_template"}
         known = {field.name for field in dataclasses.fields(cls)}
         unknown = sorted(set(config) - known)
         if unknown:

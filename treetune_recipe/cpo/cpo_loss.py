@@ -52,7 +52,7 @@ def cpo_ppo_loss(config, model_output: dict, data, dp_group=None, *, cpo):
     Returns:
         (loss, metrics): upstream's, plus ``cpo/*`` metrics (micro-batch means, aggregated like verl's
         ``pg_clipfrac``) over the valid tokens of the original mask: ``adv_delta_mean``, ``adv_delta_absmean``,
-        ``changed_token_frac``, ``loss_token_frac`` (share kept by ``loss_position``), and
+        ``adv_delta_absmean/{correct,wrong}``, ``changed_token_frac``, ``loss_token_frac`` (share kept by ``loss_position``), and
         ``log_ratio_mean/{correct,wrong}``, ``mi_mean/{correct,wrong}`` (0 when the micro-batch has no such
         response).
     """
@@ -112,6 +112,8 @@ def _cpo_metrics(data, advantages, new_advantages, loss_mask, success_value: flo
     terms = {
         "cpo/adv_delta_mean": (delta, valid),
         "cpo/adv_delta_absmean": (delta.abs(), valid),
+        "cpo/adv_delta_absmean/correct": (delta.abs(), correct),
+        "cpo/adv_delta_absmean/wrong": (delta.abs(), wrong),
         "cpo/changed_token_frac": (delta != 0, valid),
         "cpo/loss_token_frac": (loss_mask.bool(), valid),
         "cpo/log_ratio_mean/correct": (log_ratios, correct),

@@ -218,12 +218,15 @@ def test_cpo_metrics_values(actor_config_factory):
     valid = data["response_mask"].bool()
     correct = valid & (data["seq_rewards"] == 1)[:, None]
     wrong = valid & ~correct
-    delta = (advantages - data["advantages"])[valid]
+    full_delta = advantages - data["advantages"]
+    delta = full_delta[valid]
     log_ratio = data["gw_log_probs"] - data["old_log_probs"]
     mi = data["gw_log_probs"].exp() * log_ratio
     expected = {
         "cpo/adv_delta_mean": delta.mean(),
         "cpo/adv_delta_absmean": delta.abs().mean(),
+        "cpo/adv_delta_absmean/correct": full_delta[correct].abs().mean(),
+        "cpo/adv_delta_absmean/wrong": full_delta[wrong].abs().mean(),
         "cpo/changed_token_frac": (delta != 0).float().mean(),
         "cpo/loss_token_frac": loss_mask.sum() / valid.sum(),
         "cpo/log_ratio_mean/correct": log_ratio[correct].mean(),
