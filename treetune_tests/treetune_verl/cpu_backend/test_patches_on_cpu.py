@@ -1,0 +1,208 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The CPU-device patches, the post-import hook, the version guard and the registrations of the CPU backend."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import treetune_verl.cpu_backend  # noqa: F401  (applies the patches in this process, as in every Ray process)
+from treetune_verl import patches
+from treetune_verl.version import REQUIRED_VERL_VERSION
+
+pytestmark = pytest.mark.skipif(patches.accelerator_available(), reason="CPU-device patches apply only without one")
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("cpu:gloo,cpu:nccl", "gloo"),  # fsdp_workers.py on CPU
+        ("cpu:gloo,cpu:gloo", "gloo"),  # duplicate device type is rejected by torch
+        ("nccl", "gloo"),
+        ("hccl", "gloo"),
+        ("gloo", "gloo"),
+        ("cpu:gloo,cuda:nccl", "gloo"),
+        (None, None),
+    ],
+)
+def test_gloo_backend_for(given, expected):
+    assert patches.gloo_backend_for(given) == expected
+
+
+def test_init_process_group_with_the_verl_backend_string_works_on_cpu(tmp_path):
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        backend="cpu:gloo,cpu:nccl", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        tensor = torch.ones(3)
+        dist.all_reduce(tensor)
+        assert dist.get_backend() == "gloo"
+        torch.testing.assert_close(tensor, torch.ones(3))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_pin_memory_is_a_no_op_and_torch_cpu_has_memory_stand_ins():
+    tensor = torch.arange(4.0)
+    assert tensor.pin_memory() is tensor
+    assert torch.cpu.memory_reserved() == 0 and torch.cpu.max_memory_allocated() == 0
+    free, total = torch.cpu.mem_get_info()
+    assert 0 < free <= total
+    state = torch.cpu.get_rng_state()
+    first = torch.rand(2)
+    torch.cpu.set_rng_state(state)
+    torch.testing.assert_close(torch.rand(2), first)
+
+    from verl.utils.memory_utils import aggressive_empty_cache
+
+    aggressive_empty_cache(force_sync=True)  # AttributeError on torch.cpu.memory_reserved without the patch
+
+
+def test_verl_pad_unpad_utils_work_without_flash_attn():
+    from verl.utils.attention_utils import pad_input, unpad_input
+
+    hidden = torch.randn(2, 5, 3)
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    packed, indices, *_ = unpad_input(hidden, mask)
+    assert packed.shape == (8, 3)
+    torch.testing.assert_close(pad_input(packed, indices, 2, 5), hidden * mask[..., None])
+
+
+def test_fsdp_engine_resolves_for_device_cpu():
+    from verl.workers.engine.base import EngineRegistry
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
+
+    assert EngineRegistry.get_engine_cls("language_model", "fsdp2") is FSDPEngineWithLMHead
+    assert EngineRegistry.get_engine_cls("value_model", "fsdp2") is FSDPEngineWithValueHead
+
+
+def test_hf_rollout_is_registered_in_both_verl_registries():
+    from verl.workers.rollout.base import get_rollout_class
+    from verl.workers.rollout.replica import get_rollout_replica_class
+
+    from treetune_verl.cpu_backend.hf_server import HFReplica, HFServerAdapter
+
+    assert get_rollout_class("hf", "async") is HFServerAdapter
+    assert get_rollout_replica_class("hf") is HFReplica
+
+
+def test_validate_config_is_wrapped_with_the_preflight():
+    from verl.utils import config as verl_config
+
+    assert getattr(verl_config.validate_config, "_treetune_preflight", False)
+    assert {"gloo_process_group", "noop_pin_memory", "torch_cpu_memory_api"} <= patches.applied_patches()
+
+
+def test_version_guard_refuses_another_verl(monkeypatch):
+    import treetune_verl.version as version
+
+    monkeypatch.setattr(version, "installed_verl_version", lambda: "0.9.1")
+    applied = []
+    with pytest.raises(patches.VerlVersionMismatchError, match=f"verl=={REQUIRED_VERL_VERSION}.*0.9.1"):
+        patches._apply_once("a_test_patch", lambda: applied.append(True))
+    assert applied == [] and "a_test_patch" not in patches.applied_patches()
+
+
+def test_run_after_import_runs_the_hook_after_the_module_body(tmp_path, monkeypatch):
+    package = tmp_path / "late_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "late_module.py").write_text("VALUE = 41\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    patches.run_after_import("late_pkg.late_module", lambda module: seen.append(module.VALUE))
+    assert seen == []
+    import late_pkg.late_module as module
+
+    assert seen == [41]
+    assert type(module.__loader__).__name__ == "SourceFileLoader"  # the real loader is restored
+    patches.run_after_import("late_pkg.late_module", lambda module: seen.append(module.VALUE + 1))
+    assert seen == [41, 42]  # already imported: runs at once
+
+
+def test_verl_plugin_hook_loads_the_backend_lightly_in_a_fresh_process():
+    script = textwrap.dedent(
+        """
+        import json, sys
+        import verl
+        light = [m for m in ("verl.workers.rollout.replica", "verl.workers.engine_workers", "ray") if m in sys.modules]
+        import torch
+        from verl.workers.rollout.replica import get_rollout_replica_class
+        tensor = torch.ones(1)
+        print(json.dumps({
+            "loaded": "treetune_verl.cpu_backend" in sys.modules,
+            "heavy_modules_imported_by_the_hook": [m for m in light if m != "ray"],
+            "replica": get_rollout_replica_class("hf").__name__,
+            "pin_noop": tensor.pin_memory() is tensor,
+        }))
+        """
+    )
+    env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "treetune_verl.cpu_backend"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report == {
+        "loaded": True,
+        "heavy_modules_imported_by_the_hook": [],
+        "replica": "HFReplica",
+        "pin_noop": True,
+    }
+
+
+def test_use_trainer_class_rebinds_the_class_task_runner_run_builds(monkeypatch):
+    import verl.trainer.main_ppo as main_ppo
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    monkeypatch.setattr(main_ppo, "RayPPOTrainer", RayPPOTrainer)  # restored after the test
+
+    class MyTrainer(RayPPOTrainer):
+        pass
+
+    patches.use_trainer_class(MyTrainer)
+    assert main_ppo.RayPPOTrainer is MyTrainer
+    with pytest.raises(TypeError, match="subclass of RayPPOTrainer"):
+        patches.use_trainer_class(dict)
+
+
+def test_request_entropy_sets_the_flag_on_every_update_of_that_worker_group():
+    from tensordict import TensorDict
+    from verl.utils import tensordict_utils as tu
+
+    class FakeWorkerGroup:
+        def __init__(self):
+            self.received = []
+
+        def update_actor(self, data):
+            self.received.append(data)
+            return "metrics"
+
+    group, other = FakeWorkerGroup(), FakeWorkerGroup()
+    patches.request_entropy_in_actor_updates(group)
+    patches.request_entropy_in_actor_updates(group)  # idempotent: wrapped once
+    batch = TensorDict({"x": torch.zeros(2, 1)}, batch_size=[2])
+    tu.assign_non_tensor(batch, calculate_entropy=False, epochs=1)
+    assert group.update_actor(batch) == "metrics"
+    assert tu.get(group.received[0], "calculate_entropy") is True
+    assert tu.get(group.received[0], "epochs") == 1
+    legacy_batch = object()
+    group.update_actor(legacy_batch)
+    assert group.received[1] is legacy_batch
+    assert not hasattr(other.update_actor, "_treetune_entropy")  # only that instance is wrapped

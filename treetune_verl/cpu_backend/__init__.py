@@ -1,0 +1,88 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""CPU backend for verl 0.7.1: lets the unmodified Ray PPO/GRPO trainer run on a machine without accelerator.
+
+Loaded in every process of a run through verl's own plugin hook: ``import verl`` imports each module listed in the
+``VERL_USE_EXTERNAL_MODULES`` environment variable, and ``treetune_verl/config/cpu_backend.yaml`` puts
+``treetune_verl.cpu_backend`` there in the Ray runtime env (driver, TaskRunner, trainer workers, agent-loop and
+reward workers all inherit it). Importing this package:
+
+1. registers the ``hf`` rollout (``actor_rollout_ref.rollout.name=hf``) in verl's rollout-class registry and
+   ``RolloutReplicaRegistry`` (see :mod:`treetune_verl.cpu_backend.hf_server`);
+2. without an accelerator, applies the CPU-device patches of :mod:`treetune_verl.patches` and registers verl's FSDP
+   engines for device ``cpu`` in ``EngineRegistry``;
+3. wraps upstream ``validate_config`` with :mod:`treetune_verl.preflight` (clear errors instead of deep crashes or
+   hangs).
+
+Registrations on verl modules happen right after those modules are imported, so this import stays light (it must:
+it runs inside ``import verl``).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from treetune_verl import patches
+
+#: Module path to list in ``VERL_USE_EXTERNAL_MODULES``.
+BACKEND_MODULE = __name__
+#: ``actor_rollout_ref.rollout.name`` of the HF-transformers rollout.
+ROLLOUT_NAME = "hf"
+_ADAPTER_PATH = "treetune_verl.cpu_backend.hf_server.HFServerAdapter"
+
+
+def _load_hf_replica():
+    from treetune_verl.cpu_backend.hf_server import HFReplica
+
+    return HFReplica
+
+
+def _register_rollout_class(module: ModuleType) -> None:
+    # SYNC WARNING: verl/workers/rollout/base.py:_ROLLOUT_REGISTRY (l.83-87, {(name, mode): "module.Class"})
+    module._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = _ADAPTER_PATH
+
+
+def _register_replica(module: ModuleType) -> None:
+    module.RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_hf_replica)
+
+
+def _register_cpu_engines(module: ModuleType) -> None:
+    """Register verl's FSDP engines (the same classes as for cuda) for device ``cpu``."""
+    # SYNC WARNING: verl/workers/engine/fsdp/transformer_impl.py:FSDPEngineWithLMHead, FSDPEngineWithValueHead
+    # (l.850, l.1136: registered for devices cuda and npu only; EngineRegistry.get_engine_cls asserts the device)
+    from verl.workers.engine.base import EngineRegistry
+
+    for model_type, engine_cls in (
+        ("language_model", module.FSDPEngineWithLMHead),
+        ("value_model", module.FSDPEngineWithValueHead),
+    ):
+        EngineRegistry.register(model_type=model_type, backend=["fsdp", "fsdp2"], device="cpu")(engine_cls)
+
+
+def register_hf_rollout() -> None:
+    """Make ``rollout.name=hf`` resolvable by verl (idempotent)."""
+    patches.run_after_import("verl.workers.rollout.base", _register_rollout_class)
+    patches.run_after_import("verl.workers.rollout.replica", _register_replica)
+
+
+def setup() -> None:
+    """Everything the CPU backend does on import (idempotent)."""
+    register_hf_rollout()
+    if not patches.accelerator_available():
+        patches.apply_cpu_device_patches()
+        patches.run_after_import("verl.workers.engine.fsdp.transformer_impl", _register_cpu_engines)
+    patches.install_main_ppo_preflight()
+
+
+setup()

@@ -1,0 +1,418 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Every monkey-patch of the project, in one place.
+
+Upstream verl is never edited. Where neither config, a registry nor subclassing can reach, a patch here replaces
+one upstream symbol at runtime. Each patch:
+
+- says what it fixes and the upstream ``file:line`` it works around (``# SYNC WARNING:`` tags; line numbers refer to
+  verl 0.7.1 as installed from PyPI);
+- is guarded by :func:`require_verl_version`: it refuses to apply, with a clear error, when the installed verl is not
+  :data:`treetune_verl.version.REQUIRED_VERL_VERSION`, because the code it replaces may have moved;
+- is idempotent (applying it twice changes nothing).
+
+Patches on verl modules are applied lazily through :func:`run_after_import`, so importing this module never imports
+heavy parts of verl: the CPU backend is imported from inside ``import verl`` in every Ray process.
+
+CPU-device patches (:func:`apply_cpu_device_patches`) are applied only when no accelerator is present.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+from collections.abc import Callable
+from types import ModuleType
+
+_APPLIED: set[str] = set()
+_LOCK = threading.RLock()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Version guard
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class VerlVersionMismatchError(RuntimeError):
+    """The installed verl is not the release the patches were written against."""
+
+
+def require_verl_version(patch_name: str) -> None:
+    """Raise :class:`VerlVersionMismatchError` unless the installed verl is the pinned release.
+
+    Args:
+        patch_name: name of the patch about to be applied (shown in the error).
+    """
+    from treetune_verl.version import REQUIRED_VERL_VERSION, installed_verl_version
+
+    installed = installed_verl_version()
+    if installed != REQUIRED_VERL_VERSION:
+        raise VerlVersionMismatchError(
+            f"treetune patch {patch_name!r} was written for verl=={REQUIRED_VERL_VERSION}, but verl=={installed} is "
+            f"installed. Install the pinned release (pip install verl=={REQUIRED_VERL_VERSION}) or, when moving the "
+            "pin, re-check every '# SYNC WARNING:' location in treetune_verl/patches.py and update "
+            "treetune_verl/VERL_VERSION."
+        )
+
+
+def _apply_once(patch_name: str, apply: Callable[[], None]) -> None:
+    """Check the verl version, then run ``apply`` unless ``patch_name`` was already applied in this process."""
+    with _LOCK:
+        if patch_name in _APPLIED:
+            return
+        require_verl_version(patch_name)
+        apply()
+        _APPLIED.add(patch_name)
+
+
+def applied_patches() -> frozenset[str]:
+    """Names of the patches applied in this process (for tests and debugging)."""
+    return frozenset(_APPLIED)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Post-import hooks: run a callback right after a module has been executed, without importing it early
+# --------------------------------------------------------------------------------------------------------------------
+
+_PENDING_HOOKS: dict[str, list[Callable[[ModuleType], None]]] = {}
+
+
+class _HookedLoader(importlib.abc.Loader):
+    """Wraps a module's real loader; after the module body ran, restores the real loader and runs the hooks."""
+
+    def __init__(self, loader: importlib.abc.Loader, fullname: str):
+        self._loader = loader
+        self._fullname = fullname
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        module.__loader__ = self._loader
+        if getattr(module, "__spec__", None) is not None:
+            module.__spec__.loader = self._loader
+        with _LOCK:
+            hooks = _PENDING_HOOKS.pop(self._fullname, [])
+        for hook in hooks:
+            hook(module)
+
+
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    """Meta-path finder that only intervenes for module names with pending hooks."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in _PENDING_HOOKS:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _HookedLoader(spec.loader, fullname)
+        return spec
+
+
+_FINDER = _PostImportFinder()
+
+
+def run_after_import(module_name: str, hook: Callable[[ModuleType], None]) -> None:
+    """Call ``hook(module)`` once ``module_name`` is imported: now if it already is, else right after its import.
+
+    Args:
+        module_name: fully qualified module name, e.g. ``"verl.workers.rollout.base"``.
+        hook: called with the module object; must be idempotent.
+    """
+    module = sys.modules.get(module_name)
+    if module is not None:
+        hook(module)
+        return
+    with _LOCK:
+        _PENDING_HOOKS.setdefault(module_name, []).append(hook)
+        if _FINDER not in sys.meta_path:
+            sys.meta_path.insert(0, _FINDER)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Accelerator detection
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def accelerator_available() -> bool:
+    """True when torch sees a CUDA or Ascend NPU device (the only accelerators verl 0.7.1 targets)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return True
+    npu = getattr(torch, "npu", None)
+    return bool(npu is not None and npu.is_available())
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# CPU-device patches
+# --------------------------------------------------------------------------------------------------------------------
+
+_ACCELERATOR_BACKENDS = ("nccl", "hccl")
+
+
+def gloo_backend_for(backend: str | None) -> str | None:
+    """Map a process-group backend string that needs an accelerator to one that works on CPU.
+
+    ``"cpu:gloo,cpu:nccl"`` (device "cpu" with an accelerator backend), ``"cpu:gloo,cpu:gloo"`` (torch rejects the
+    duplicate device) and plain ``"nccl"`` all become ``"gloo"``. Anything else is returned unchanged.
+
+    Args:
+        backend: the ``backend`` argument given to ``torch.distributed.init_process_group``.
+    """
+    if not backend:
+        return backend
+    parts = [part.strip() for part in backend.split(",") if part.strip()]
+    names = [part.split(":")[-1] for part in parts]
+    devices = [part.split(":")[0] for part in parts if ":" in part]
+    needs_accelerator = any(name in _ACCELERATOR_BACKENDS for name in names)
+    duplicate_device = len(devices) != len(set(devices))
+    return "gloo" if needs_accelerator or duplicate_device else backend
+
+
+def _patch_init_process_group() -> None:
+    """Make ``torch.distributed.init_process_group`` use gloo for accelerator backends.
+
+    Fixes: ``backend=f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"`` is ``"cpu:gloo,cpu:nccl"`` without an
+    accelerator, and torch refuses it (no nccl; "Duplicate device type cpu" once nccl is replaced by gloo).
+    """
+    # SYNC WARNING: verl/workers/fsdp_workers.py:ActorRolloutRefWorker.__init__ (l.158-159, backend string)
+    # SYNC WARNING: verl/utils/distributed.py:initialize_global_process_group_ray (l.82, backend string)
+    # SYNC WARNING: verl/utils/device.py:get_nccl_backend (returns "nccl" without an accelerator)
+    import torch.distributed as dist
+
+    original = dist.init_process_group
+    if getattr(original, "_treetune_gloo", False):
+        return
+
+    @functools.wraps(original)
+    def init_process_group(*args, **kwargs):
+        if "backend" in kwargs:
+            kwargs["backend"] = gloo_backend_for(kwargs["backend"])
+        elif args and isinstance(args[0], str):
+            args = (gloo_backend_for(args[0]), *args[1:])
+        return original(*args, **kwargs)
+
+    init_process_group._treetune_gloo = True
+    dist.init_process_group = init_process_group
+
+
+def _patch_pin_memory() -> None:
+    """Make ``Tensor.pin_memory`` return the tensor itself (pinning needs an accelerator).
+
+    Fixes: FSDP2 ref/rollout roles get ``CPUOffloadPolicy(pin_memory=True)``, and torch's ``_fsdp_param`` then calls
+    ``.pin_memory()``, which raises "Cannot access accelerator device when none is available".
+    """
+    # SYNC WARNING: verl/workers/fsdp_workers.py:_build_model_optimizer (l.621-625, CPUOffloadPolicy(pin_memory=True))
+    # SYNC WARNING: verl/workers/engine/fsdp/transformer_impl.py:FSDPEngine._build_fsdp_module (l.371, same)
+    import torch
+
+    if getattr(torch.Tensor.pin_memory, "_treetune_noop", False):
+        return
+
+    def pin_memory(self, *args, **kwargs):
+        return self
+
+    pin_memory._treetune_noop = True
+    torch.Tensor.pin_memory = pin_memory
+
+
+def _cpu_mem_get_info(*args, **kwargs) -> tuple[int, int]:
+    import psutil
+
+    memory = psutil.virtual_memory()
+    return memory.available, memory.total
+
+
+def _zero(*args, **kwargs) -> int:
+    return 0
+
+
+def _nothing(*args, **kwargs) -> None:
+    return None
+
+
+def _patch_torch_cpu_namespace() -> None:
+    """Add the ``torch.cuda``-style functions verl calls on ``get_torch_device()``, which is ``torch.cpu`` on CPU.
+
+    Only missing attributes are added; nothing torch defines is replaced. Memory counters report 0 (there is no
+    device memory), ``mem_get_info`` reports host memory, RNG state is the CPU generator's.
+    """
+    # SYNC WARNING: verl/utils/memory_utils.py:aggressive_empty_cache (l.46, torch.cpu.memory_reserved)
+    # SYNC WARNING: verl/utils/device.py:get_torch_device (returns torch.cpu without an accelerator)
+    import torch
+
+    stand_ins: dict[str, Callable] = {
+        "empty_cache": _nothing,
+        "ipc_collect": _nothing,
+        "reset_peak_memory_stats": _nothing,
+        "set_per_process_memory_fraction": _nothing,
+        "memory_allocated": _zero,
+        "memory_reserved": _zero,
+        "max_memory_allocated": _zero,
+        "max_memory_reserved": _zero,
+        "mem_get_info": _cpu_mem_get_info,
+        "get_rng_state": lambda *args, **kwargs: torch.get_rng_state(),
+        "set_rng_state": lambda state, *args, **kwargs: torch.set_rng_state(state),
+        "manual_seed": lambda seed: torch.manual_seed(seed),
+        "manual_seed_all": lambda seed: torch.manual_seed(seed),
+        "get_device_name": lambda *args, **kwargs: "cpu",
+    }
+    for name, function in stand_ins.items():
+        if not hasattr(torch.cpu, name):
+            setattr(torch.cpu, name, function)
+
+
+def _patch_attention_utils(module: ModuleType) -> None:
+    """Route verl's pad/unpad helpers to its own pure-torch implementation (flash-attn is CUDA only).
+
+    Fixes: the engine workers always call ``left_right_2_no_padding``, which reaches
+    ``attention_utils._get_attention_functions``, which imports ``flash_attn.bert_padding`` (CUDA only).
+    verl ships an equivalent pure-torch module (``verl.utils.npu_flash_attn_utils``, needs einops).
+    """
+    # SYNC WARNING: verl/utils/attention_utils.py:_get_attention_functions (l.20-34)
+    # SYNC WARNING: verl/workers/utils/padding.py:left_right_2_no_padding (l.53, caller)
+    if getattr(module._get_attention_functions, "_treetune_pure_torch", False):
+        return
+
+    def _get_attention_functions():
+        from verl.utils.npu_flash_attn_utils import index_first_axis, pad_input, rearrange, unpad_input
+
+        return index_first_axis, pad_input, rearrange, unpad_input
+
+    _get_attention_functions._treetune_pure_torch = True
+    module._get_attention_functions = _get_attention_functions
+
+
+def apply_cpu_device_patches() -> None:
+    """Apply every CPU-device patch in this process; does nothing when an accelerator is present."""
+    if accelerator_available():
+        return
+    _apply_once("gloo_process_group", _patch_init_process_group)
+    _apply_once("noop_pin_memory", _patch_pin_memory)
+    _apply_once("torch_cpu_memory_api", _patch_torch_cpu_namespace)
+    require_verl_version("pure_torch_attention_utils")
+    run_after_import(
+        "verl.utils.attention_utils",
+        lambda module: _apply_once("pure_torch_attention_utils", lambda: _patch_attention_utils(module)),
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Preflight inside upstream main_ppo
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _patch_validate_config_preflight(module: ModuleType) -> None:
+    """Run the treetune preflight checks inside upstream ``validate_config``.
+
+    Why a patch: runs of the unmodified ``python -m verl.trainer.main_ppo`` offer no hook between config composition
+    and the creation of worker and placement groups, where bad CPU settings end in a crash deep inside a Ray worker
+    or, for resources, in an endless wait. ``TaskRunner.run`` calls ``validate_config`` first, in the TaskRunner
+    actor process (where the CPU backend is loaded through the Ray runtime env), after Ray is up and before any
+    model, dataset or placement group is touched. So the checks can compare the config with the live cluster, and
+    their error reaches the driver as the cause of the ``RayTaskError``. Patching ``TaskRunner.run`` itself would
+    not work: with ``python -m`` the class lives in ``__main__`` and Ray ships it by value, unpatched.
+    Entry points of this project call :func:`treetune_verl.preflight.check_run_config` before ``ray.init`` as well.
+    """
+    # SYNC WARNING: verl/utils/config.py:validate_config (l.74, signature (config, use_reference_policy, use_critic))
+    # SYNC WARNING: verl/trainer/main_ppo.py:TaskRunner.run (l.299, the only caller, before copy_to_local)
+    original = module.validate_config
+    if getattr(original, "_treetune_preflight", False):
+        return
+
+    @functools.wraps(original)
+    def validate_config(config, *args, **kwargs):
+        from treetune_verl.preflight import check_live_ray_resources, check_run_config
+
+        check_run_config(config, check_resources=False)  # Ray is up: compare with the live cluster instead
+        check_live_ray_resources(config)
+        return original(config, *args, **kwargs)
+
+    validate_config._treetune_preflight = True
+    module.validate_config = validate_config
+
+
+def install_main_ppo_preflight() -> None:
+    """Wrap upstream ``validate_config`` with the preflight checks once ``verl.utils.config`` is imported."""
+    require_verl_version("main_ppo_preflight")
+    run_after_import(
+        "verl.utils.config",
+        lambda module: _apply_once("main_ppo_preflight", lambda: _patch_validate_config_preflight(module)),
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Seams used by recipes (see shared notes verl_seams.md, "Unavoidable monkey-patches")
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def use_trainer_class(trainer_cls: type) -> None:
+    """Make upstream ``TaskRunner.run`` build ``trainer_cls`` instead of ``RayPPOTrainer``, in this process only.
+
+    Why a patch: ``TaskRunner.run`` hard-codes the trainer class. It reads the module global ``RayPPOTrainer`` of
+    ``verl.trainer.main_ppo`` when it runs, so a ``TaskRunner`` subclass calls this at the start of its ``run``
+    (inside its own Ray actor process) and then ``super().run(config)``.
+
+    Args:
+        trainer_cls: a subclass of ``verl.trainer.ppo.ray_trainer.RayPPOTrainer``.
+
+    Raises:
+        TypeError: if ``trainer_cls`` is not a ``RayPPOTrainer`` subclass.
+    """
+    # SYNC WARNING: verl/trainer/main_ppo.py:TaskRunner.run (l.343, `trainer = RayPPOTrainer(...)`, module global)
+    require_verl_version("use_trainer_class")
+    import verl.trainer.main_ppo as main_ppo
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    if not (isinstance(trainer_cls, type) and issubclass(trainer_cls, RayPPOTrainer)):
+        raise TypeError(f"use_trainer_class needs a subclass of RayPPOTrainer, got {trainer_cls!r}.")
+    main_ppo.RayPPOTrainer = trainer_cls
+
+
+def request_entropy_in_actor_updates(worker_group) -> None:
+    """Make every ``update_actor`` call of this worker group ask the engine for the policy entropy.
+
+    Why a patch: on engine workers the trainer sends ``calculate_entropy = (actor.entropy_coeff != 0)`` with each
+    update, and the engine only puts ``entropy`` into the model output when that flag is set, so a loss that needs
+    the entropy with ``entropy_coeff=0`` never gets it. The wrapper sets the flag on the TensorDict before the
+    original call. It replaces an attribute of this one worker-group instance (upstream binds its remote methods
+    per instance with ``setattr``), not an upstream module. Legacy workers (DataProto input) are left unchanged.
+
+    Args:
+        worker_group: the trainer's ``actor_rollout_wg`` (engine workers).
+    """
+    # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._update_actor (l.1173-1189, calculate_entropy flag)
+    # SYNC WARNING: verl/single_controller/base/worker_group.py:WorkerGroup._bind_worker_method (l.250, setattr)
+    # SYNC WARNING: verl/workers/engine/fsdp/transformer_impl.py (l.996, l.1097, entropy only when the flag is set)
+    require_verl_version("request_entropy_in_actor_updates")
+    original = worker_group.update_actor
+    if getattr(original, "_treetune_entropy", False):
+        return
+    from tensordict import TensorDict
+    from verl.utils import tensordict_utils as tu
+
+    @functools.wraps(original)
+    def update_actor(data, *args, **kwargs):
+        if isinstance(data, TensorDict):
+            tu.assign_non_tensor(data, calculate_entropy=True)
+        return original(data, *args, **kwargs)
+
+    update_actor._treetune_entropy = True
+    worker_group.update_actor = update_actor
