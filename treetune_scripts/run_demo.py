@@ -1,0 +1,166 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The CPU demo (``make demo``): a short RL run of the real verl trainer on the tiny assets, then its learning curve.
+
+Steps:
+
+1. build (or reuse) the tiny model, tokenizer and datasets (``treetune_scripts.make_tiny_assets``);
+2. compose the run config and check it (``treetune_verl.preflight``): bad input stops here with one clear message;
+3. run the trainer as a subprocess (default: upstream ``verl.trainer.main_ppo`` with ``ppo_trainer_cpu``, i.e.
+   GRPO with KL loss on the CPU backend), streaming progress to the console and the full log to
+   ``<output-dir>/train.log``; metrics go to ``<output-dir>/metrics.jsonl`` (verl's file logger);
+4. plot ``<output-dir>/learning_curve.png`` and print a summary with wall time, step times and peak memory.
+
+Usage::
+
+    python -m treetune_scripts.run_demo [--steps N] [--output-dir DIR] [--verbose] [hydra overrides ...]
+
+Extra ``key=value`` arguments are passed to Hydra unchanged, after the demo's own overrides (so they win).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+from treetune_verl.cpu_backend.tiny_run import CONFIG_DIR, METRICS_FILE, launch_training, tiny_run_overrides
+
+DEFAULT_OUTPUT_DIR = Path("outputs/demo")
+DEFAULT_ENTRY_MODULE = "verl.trainer.main_ppo"
+DEFAULT_CONFIG_NAME = "ppo_trainer_cpu"
+_STEP_LINE = re.compile(r"step:(\d+) - (.*)")
+_STEP_SUMMARY_KEYS = {
+    "score": "critic/score/mean",
+    "pg_loss": "actor/pg_loss",
+    "kl_loss": "actor/kl_loss",
+    "grad_norm": "actor/grad_norm",
+    "step_s": "timing_s/step",
+}
+_ALWAYS_SHOWN = ("Error", "Traceback", "preflight", "Exception", "Final validation")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=10, help="training steps (default 10)")
+    parser.add_argument("--output-dir", type=Path, default=DEFAULT_OUTPUT_DIR, help="default outputs/demo")
+    parser.add_argument("--entry-module", default=DEFAULT_ENTRY_MODULE, help="Hydra main run with python -m")
+    parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR, help="--config-path of the entry module")
+    parser.add_argument("--config-name", default=DEFAULT_CONFIG_NAME, help="--config-name of the entry module")
+    parser.add_argument("--timeout", type=float, default=900.0, help="kill the run after this many seconds")
+    parser.add_argument("--verbose", action="store_true", help="stream the trainer's full output")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides (key=value), applied last")
+    return parser.parse_args(argv)
+
+
+def compose_config(config_dir: Path, config_name: str, overrides: list[str]):
+    """The config the entry module will see (``hydra.*`` overrides are dropped: they only steer Hydra itself)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base=None):
+        return compose(config_name=config_name, overrides=[o for o in overrides if not o.startswith("hydra.")])
+
+
+def condense(line: str) -> str | None:
+    """The console form of one trainer output line: a one-line step summary, a kept line, or None (hidden)."""
+    match = _STEP_LINE.search(line)
+    if match:
+        metrics = dict(part.split(":", 1) for part in match.group(2).split(" - ") if ":" in part)
+        cells = [f"{label}={float(metrics[key]):.4g}" for label, key in _STEP_SUMMARY_KEYS.items() if key in metrics]
+        return f"step {match.group(1)}: " + " ".join(cells)
+    if any(marker in line for marker in _ALWAYS_SHOWN):
+        return line
+    return None
+
+
+def step_times(metrics_path: Path) -> list[tuple[int, float]]:
+    """``(step, timing_s/step)`` for every logged step."""
+    times = []
+    for line in metrics_path.read_text().splitlines():
+        if line.strip():
+            record = json.loads(line)
+            if "timing_s/step" in record["data"]:
+                times.append((record["step"], record["data"]["timing_s/step"]))
+    return times
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.monotonic()
+    output_dir = args.output_dir.resolve()
+    output_dir.mkdir(parents=True, exist_ok=True)
+    metrics_path = output_dir / METRICS_FILE
+    metrics_path.unlink(missing_ok=True)
+
+    from treetune_scripts.make_tiny_assets import build_tiny_assets
+
+    assets_dir = build_tiny_assets()
+    print(f"[demo] tiny assets: {assets_dir}")
+    overrides = tiny_run_overrides(assets_dir, output_dir, total_training_steps=args.steps, experiment_name="demo")
+    overrides += [f"hydra.run.dir={output_dir / 'hydra'}", *args.overrides]
+
+    from treetune_verl.preflight import PreflightError, check_run_config
+
+    try:
+        check_run_config(compose_config(args.config_dir, args.config_name, overrides))
+    except PreflightError as error:
+        print(f"[demo] {error}", file=sys.stderr)
+        return 2
+
+    print(f"[demo] training: python -m {args.entry_module} --config-name {args.config_name} ({args.steps} steps)")
+
+    def echo(line: str) -> None:
+        shown = line if args.verbose else condense(line)
+        if shown is not None:
+            print(shown, flush=True)
+
+    run = launch_training(
+        overrides,
+        output_dir / "train.log",
+        entry_module=args.entry_module,
+        config_dir=args.config_dir,
+        config_name=args.config_name,
+        timeout_s=args.timeout,
+        env={"VERL_FILE_LOGGER_PATH": str(metrics_path)},
+        echo=echo,
+        cwd=output_dir,
+    )
+    if run.returncode != 0:
+        tail = run.log_path.read_text().splitlines()[-40:]
+        reason = f"timed out after {args.timeout:.0f} s" if run.timed_out else f"exit code {run.returncode}"
+        print("\n".join(["[demo] training failed (" + reason + "); last lines of the log:", *tail]), file=sys.stderr)
+        print(f"[demo] full log: {run.log_path}", file=sys.stderr)
+        return 1
+
+    from treetune_scripts.plot_metrics import plot_metrics, summarize_metrics
+
+    png = plot_metrics(metrics_path, output_dir / "learning_curve.png")
+    print(summarize_metrics(metrics_path))
+    times = step_times(metrics_path)
+    later = [seconds for step, seconds in times if step > 1]
+    print(f"[demo] training wall time {run.wall_s:.1f} s (Ray start-up and worker init included)")
+    if times:
+        mean_later = f", later steps mean {sum(later) / len(later):.2f} s" if later else ""
+        print(f"[demo] step 1 (warm-up) {times[0][1]:.2f} s{mean_later}")
+    print(f"[demo] peak memory (sum of RSS over all processes of the run) {run.peak_rss_bytes / 2**30:.2f} GiB")
+    print(f"[demo] metrics {metrics_path}\n[demo] learning curve {png}\n[demo] log {run.log_path}")
+    print(f"[demo] total demo time {time.monotonic() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The demo driver's own logic: console condensing, overrides pass-through and the preflight stop (no training)."""
+
+import json
+
+import pytest
+
+from treetune_scripts import run_demo
+from treetune_verl.patches import accelerator_available
+
+
+def test_step_line_is_condensed_to_the_key_metrics():
+    line = (
+        "(TaskRunner pid=1) step:3 - actor/pg_loss:-0.25 - critic/score/mean:0.5 - actor/grad_norm:1.5"
+        " - timing_s/step:2.0 - response_length/mean:31"
+    )
+    assert run_demo.condense(line) == "step 3: score=0.5 pg_loss=-0.25 grad_norm=1.5 step_s=2"
+    assert run_demo.condense("Traceback (most recent call last):") == "Traceback (most recent call last):"
+    assert run_demo.condense("'trust_remote_code': False,") is None
+
+
+def test_extra_arguments_are_hydra_overrides():
+    args = run_demo.parse_args(["--steps", "3", "trainer.total_training_steps=5", "data.train_batch_size=8"])
+    assert args.steps == 3
+    assert args.overrides == ["trainer.total_training_steps=5", "data.train_batch_size=8"]
+    assert args.entry_module == "verl.trainer.main_ppo" and args.config_name == "ppo_trainer_cpu"
+
+
+def test_step_times_reads_the_file_logger_format(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    records = [{"step": 1, "data": {"timing_s/step": 7.5}}, {"step": 2, "data": {"timing_s/step": 2.25, "x": 1}}]
+    path.write_text("\n".join(json.dumps(record) for record in records) + "\n")
+    assert run_demo.step_times(path) == [(1, 7.5), (2, 2.25)]
+
+
+@pytest.mark.skipif(accelerator_available(), reason="FSDP1 is only refused without an accelerator")
+def test_bad_override_stops_at_the_preflight_before_any_training(tmp_path, capsys, monkeypatch):
+    def no_training(*args, **kwargs):
+        raise AssertionError("training must not start")
+
+    monkeypatch.setattr(run_demo, "launch_training", no_training)
+    code = run_demo.main(["--output-dir", str(tmp_path), "actor_rollout_ref.actor.fsdp_config.strategy=fsdp"])
+    assert code == 2
+    assert "set actor_rollout_ref.actor.fsdp_config.strategy=fsdp2" in capsys.readouterr().err
