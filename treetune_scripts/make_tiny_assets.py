@@ -45,7 +45,7 @@ import tempfile
 from pathlib import Path
 
 # Bump whenever the builder changes what it writes: the cache key changes with it.
-BUILDER_VERSION = "tiny-assets-v1"
+BUILDER_VERSION = "tiny-assets-v2"
 CACHE_ENV_VAR = "TREETUNE_TINY_ASSETS_CACHE"
 DATA_SOURCE = "tiny_arith"
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -77,7 +77,7 @@ class TinyAssetsConfig:
     num_train: int = 64
     num_val: int = 16
     max_answer: int = 20
-    tokenizer_vocab_size: int = 512
+    tokenizer_vocab_size: int = 1024
     tokenizer_corpus_problems: int = 2000
     hidden_size: int = 64
     intermediate_size: int = 128
@@ -262,10 +262,22 @@ def default_cache_root() -> Path:
     return Path(__file__).resolve().parents[1] / ".cache" / "tiny_assets"
 
 
+def instruction_corpus() -> list[str]:
+    """Instruction prose the tokenizer also learns from: the CPO hint prompt's default wording.
+
+    Like a real tokenizer, the tiny one then encodes English instructions compactly (whole words), so the CPO
+    hint-guided prompt of the tiny runs fits its default width instead of being truncated on every row.
+    """
+    from treetune_recipe.cpo.cpo_hint import DEFAULT_SYSTEM, DEFAULT_USER_TEMPLATE
+
+    return [DEFAULT_SYSTEM, DEFAULT_USER_TEMPLATE]
+
+
 def content_hash(config: TinyAssetsConfig) -> str:
     """Cache key: build parameters, builder version and the library versions that shape the output bytes."""
     key = {
         "builder": BUILDER_VERSION,
+        "instruction_corpus": instruction_corpus(),
         "config": dataclasses.asdict(config),
         "libraries": {name: importlib.metadata.version(name) for name in _OUTPUT_SHAPING_LIBRARIES},
     }
@@ -290,6 +302,7 @@ def _write_assets(config: TinyAssetsConfig, out_dir: Path) -> None:
         random.Random(config.seed + 2), config.tokenizer_corpus_problems, config.max_answer
     )
     corpus = [_render_chat(p) for p in train_problems + val_problems + corpus_problems]
+    corpus += instruction_corpus() * 50  # frequent enough for BPE to merge whole words
     tokenizer = build_tokenizer(corpus, config.tokenizer_vocab_size)
 
     model_dir = out_dir / "model"

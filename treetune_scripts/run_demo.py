@@ -17,8 +17,9 @@ Steps:
 
 1. build (or reuse) the tiny model, tokenizer and datasets (``treetune_scripts.make_tiny_assets``);
 2. compose the run config and check it (``treetune_verl.preflight``): bad input stops here with one clear message;
-3. run the trainer as a subprocess (default: upstream ``verl.trainer.main_ppo`` with ``ppo_trainer_cpu``, i.e.
-   GRPO with KL loss on the CPU backend), streaming progress to the console and the full log to
+3. run the trainer as a subprocess (default: the CPO recipe, ``treetune_recipe.cpo.main_cpo`` with ``cpo_trainer``
+   and ``platform=cpu``; ``--entry-module verl.trainer.main_ppo --config-dir treetune_verl/config --config-name
+   ppo_trainer_cpu`` runs upstream GRPO instead), streaming progress to the console and the full log to
    ``<output-dir>/train.log``; metrics go to ``<output-dir>/metrics.jsonl`` (verl's file logger);
 4. plot ``<output-dir>/learning_curve.png`` and print a summary with wall time, step times and peak memory.
 
@@ -38,17 +39,23 @@ import sys
 import time
 from pathlib import Path
 
-from treetune_verl.cpu_backend.tiny_run import CONFIG_DIR, METRICS_FILE, launch_training, tiny_run_overrides
+from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, launch_training, tiny_run_overrides
 
 DEFAULT_OUTPUT_DIR = Path("outputs/demo")
-DEFAULT_ENTRY_MODULE = "verl.trainer.main_ppo"
-DEFAULT_CONFIG_NAME = "ppo_trainer_cpu"
+DEFAULT_ENTRY_MODULE = "treetune_recipe.cpo.main_cpo"
+DEFAULT_CONFIG_DIR = Path(__file__).resolve().parents[1] / "treetune_recipe" / "cpo" / "config"
+DEFAULT_CONFIG_NAME = "cpo_trainer"
+# The demo always runs on the CPU backend; a larger learning rate than the profile's lets the tiny model move
+# visibly within a few steps.
+DEMO_OVERRIDES = ["platform=cpu", "actor_rollout_ref.actor.optim.lr=1e-3"]
 _STEP_LINE = re.compile(r"step:(\d+) - (.*)")
 _STEP_SUMMARY_KEYS = {
     "score": "critic/score/mean",
     "pg_loss": "actor/pg_loss",
     "kl_loss": "actor/kl_loss",
     "grad_norm": "actor/grad_norm",
+    "cpo_adv_shift": "actor/cpo/adv_delta_absmean",
+    "hint_logratio": "cpo/gw_minus_old_absmean",
     "step_s": "timing_s/step",
 }
 _ALWAYS_SHOWN = ("Error", "Traceback", "preflight", "Exception", "Final validation")
@@ -59,7 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=10, help="training steps (default 10)")
     parser.add_argument("--output-dir", type=Path, default=DEFAULT_OUTPUT_DIR, help="default outputs/demo")
     parser.add_argument("--entry-module", default=DEFAULT_ENTRY_MODULE, help="Hydra main run with python -m")
-    parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR, help="--config-path of the entry module")
+    parser.add_argument("--config-dir", type=Path, default=DEFAULT_CONFIG_DIR, help="--config-path of the entry")
     parser.add_argument("--config-name", default=DEFAULT_CONFIG_NAME, help="--config-name of the entry module")
     parser.add_argument("--timeout", type=float, default=900.0, help="kill the run after this many seconds")
     parser.add_argument("--verbose", action="store_true", help="stream the trainer's full output")
@@ -111,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     assets_dir = build_tiny_assets()
     print(f"[demo] tiny assets: {assets_dir}")
     overrides = tiny_run_overrides(assets_dir, output_dir, total_training_steps=args.steps, experiment_name="demo")
-    overrides += [f"hydra.run.dir={output_dir / 'hydra'}", *args.overrides]
+    overrides += [*DEMO_OVERRIDES, f"hydra.run.dir={output_dir / 'hydra'}", *args.overrides]
 
     from treetune_verl.preflight import PreflightError, check_run_config
 

@@ -52,7 +52,8 @@ def cpo_ppo_loss(config, model_output: dict, data, dp_group=None, *, cpo):
     Returns:
         (loss, metrics): upstream's, plus ``cpo/*`` metrics (micro-batch means, aggregated like verl's
         ``pg_clipfrac``) over the valid tokens of the original mask: ``adv_delta_mean``, ``adv_delta_absmean``,
-        ``adv_delta_absmean/{correct,wrong}``, ``changed_token_frac``, ``loss_token_frac`` (share kept by ``loss_position``), and
+        ``adv_delta_absmean/{correct,wrong}``, ``changed_token_frac``, ``loss_token_frac`` (share kept by
+        ``loss_position``), and
         ``log_ratio_mean/{correct,wrong}``, ``mi_mean/{correct,wrong}`` (0 when the micro-batch has no such
         response).
     """

@@ -1,0 +1,33 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The Ray TaskRunner of the CPO recipe.
+
+verl 0.7.1's ``TaskRunner.run`` builds the trainer from its module global ``RayPPOTrainer``. This subclass swaps that
+global for ``RayCPOTrainer`` inside its own Ray actor process (the one documented patch,
+``treetune_verl.patches.use_trainer_class``) and otherwise reuses ``run`` unchanged: no copy of upstream code.
+It lives in an importable module (not ``__main__``) because Ray pickles the class by reference.
+"""
+
+from verl.trainer.main_ppo import TaskRunner
+
+from treetune_recipe.cpo.cpo_ray_trainer import RayCPOTrainer
+from treetune_verl.patches import use_trainer_class
+
+
+class CPOTaskRunner(TaskRunner):
+    """``TaskRunner`` whose ``run`` trains with ``RayCPOTrainer``."""
+
+    def run(self, config):
+        use_trainer_class(RayCPOTrainer)
+        return super().run(config)

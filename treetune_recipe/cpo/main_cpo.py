@@ -1,0 +1,51 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Entry point of the CPO recipe.
+
+    python -m treetune_recipe.cpo.main_cpo key=value ...                          # GPU, config cpo_trainer
+    python -m treetune_recipe.cpo.main_cpo --config-name cpo_trainer_cpu ...      # CPU backend profile
+    python -m treetune_recipe.cpo.main_cpo -m cpo.wrap_method=seq_kl,mi3 ...      # sweep, one job after another
+
+Any verl override works: the config inherits verl's ``ppo_trainer``.
+"""
+
+import hydra
+import ray
+from verl.experimental.reward_loop import migrate_legacy_reward_impl
+from verl.trainer.main_ppo import run_ppo
+from verl.utils.device import auto_set_device
+
+from treetune_recipe.cpo.preflight import check_cpo_run
+from treetune_verl.preflight import check_run_config
+
+
+@hydra.main(config_path="config", config_name="cpo_trainer", version_base=None)
+def main(config) -> None:
+    auto_set_device(config)
+    config = migrate_legacy_reward_impl(config)
+    check_run_config(config)
+    check_cpo_run(config)
+
+    from treetune_recipe.cpo.cpo_task_runner import CPOTaskRunner
+
+    try:
+        run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(CPOTaskRunner))
+    finally:
+        # Each job of a Hydra multirun starts its own Ray cluster with its own runtime env.
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
