@@ -33,13 +33,12 @@ Extra ``key=value`` arguments are passed to Hydra unchanged, after the demo's ow
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import time
 from pathlib import Path
 
-from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, launch_training, tiny_run_overrides
+from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, launch_training, read_metrics, tiny_run_overrides
 
 DEFAULT_OUTPUT_DIR = Path("outputs/demo")
 DEFAULT_ENTRY_MODULE = "treetune_recipe.cpo.main_cpo"
@@ -96,13 +95,11 @@ def condense(line: str) -> str | None:
 
 def step_times(metrics_path: Path) -> list[tuple[int, float]]:
     """``(step, timing_s/step)`` for every logged step."""
-    times = []
-    for line in metrics_path.read_text().splitlines():
-        if line.strip():
-            record = json.loads(line)
-            if "timing_s/step" in record["data"]:
-                times.append((record["step"], record["data"]["timing_s/step"]))
-    return times
+    return [
+        (step, data["timing_s/step"])
+        for step, data in sorted(read_metrics(metrics_path).items())
+        if "timing_s/step" in data
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -46,13 +46,18 @@ def check_cpo_config(config) -> None:
 
 
 def check_cpo_run(config) -> None:
-    """``check_cpo_config`` plus the data: every training row must carry the gold solution the hint is built from."""
-    check_cpo_config(config)
-    if not cpo_is_enabled(config):
-        return
-    from treetune_scripts.data.validate_rl_parquet import check_rl_files  # noqa: PLC0415  (reads parquet)
+    """``check_cpo_config`` plus the data files' schema (verl's RL parquet layout, every bad row listed).
 
-    cpo = CPOConfig.from_config(config.cpo)
-    on_missing = cpo.hint.get("on_missing", "error")
-    check_rl_files(config.data.train_files, require_solution=on_missing == "error", what="data.train_files")
+    With CPO on, every training row must also carry the gold solution the hint prompt is built from (unless
+    ``cpo.hint.on_missing=skip``, or the solution is read from another ``extra_info`` key, checked at build time).
+    """
+    from treetune_recipe.cpo.cpo_hint import HintConfig
+    from treetune_scripts.data.validate_rl_parquet import check_rl_files
+
+    check_cpo_config(config)
+    require_solution = False
+    if cpo_is_enabled(config):
+        hint = HintConfig.from_config(config.cpo.get("hint"))
+        require_solution = hint.on_missing == "error" and hint.solution_key == "solution"
+    check_rl_files(config.data.train_files, require_solution=require_solution, what="data.train_files")
     check_rl_files(config.data.val_files, require_solution=False, what="data.val_files")

@@ -19,7 +19,6 @@ exit status, logged metrics, a changed policy (saved HF checkpoint vs the initia
 that agree with the actor's recomputation on the updated weights (so the weight sync to the server works).
 """
 
-import json
 import math
 
 import pytest
@@ -27,19 +26,10 @@ import torch
 from safetensors.torch import load_file
 
 from treetune_scripts.make_tiny_assets import build_tiny_assets
-from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, launch_training, tiny_run_overrides
+from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, launch_training, read_metrics, tiny_run_overrides
 
 RUN_TIMEOUT_S = 480
 STEPS = 2
-
-
-def read_metrics(path):
-    by_step = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            record = json.loads(line)
-            by_step.setdefault(record["step"], {}).update(record["data"])
-    return by_step
 
 
 @pytest.mark.e2e
