@@ -8,7 +8,7 @@ ARGS ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.treetune-installed
 
-.PHONY: install demo test test-gpu lint bench clean-assets
+.PHONY: install demo test test-gpu lint clean-assets
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)

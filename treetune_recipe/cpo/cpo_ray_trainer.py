@@ -59,7 +59,8 @@ class RayCPOTrainer(RayPPOTrainer):
         super().init_workers()
         if not self.cpo_enabled:
             return
-        # The workers rebuild the same ActorConfig from the same section (engine_workers.init_model).
+        # SYNC WARNING: verl/workers/engine_workers.py:ActorRolloutRefWorker.init_model builds the same ActorConfig
+        # from the same config section and installs partial(ppo_loss, config=...); set_loss_fn replaces it.
         actor_config = omega_conf_to_dataclass(self.config.actor_rollout_ref.actor)
         self.actor_rollout_wg.set_loss_fn(partial(cpo_ppo_loss, config=actor_config, cpo=self.cpo_config))
         request_entropy_in_actor_updates(self.actor_rollout_wg)
@@ -86,6 +87,7 @@ class RayCPOTrainer(RayPPOTrainer):
                 chat_template_kwargs=self.config.data.get("apply_chat_template_kwargs", None),
             )
         with marked_timer("cpo_gw_log_prob", timing):
+            # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._compute_old_log_prob returns (DataProto, mfu)
             hint_log_probs, _ = self._compute_old_log_prob(hint_batch)
         gw_log_probs = hint_log_probs.batch["old_log_probs"].to(response_mask.device) * response_mask
         hint_missing = torch.as_tensor(hint_batch.non_tensor_batch["hint_missing"].astype(bool))
@@ -96,6 +98,8 @@ class RayCPOTrainer(RayPPOTrainer):
         batch.batch["seq_rewards"] = seq_rewards
         batch.batch["difficulty"] = difficulty
 
+        # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._update_actor returns metrics in
+        # meta_info["metrics"] and prefixes the loss's metrics with "actor/"; fit() reduces and logs them.
         actor_output = super()._update_actor(batch)
         actor_output.meta_info["metrics"].update(
             {

@@ -14,7 +14,7 @@
 """Entry point of the CPO recipe.
 
     python -m treetune_recipe.cpo.main_cpo key=value ...                          # GPU, config cpo_trainer
-    python -m treetune_recipe.cpo.main_cpo --config-name cpo_trainer_cpu ...      # CPU backend profile
+    python -m treetune_recipe.cpo.main_cpo platform=cpu ...                       # CPU backend profile
     python -m treetune_recipe.cpo.main_cpo -m cpo.wrap_method=seq_kl,mi3 ...      # sweep, one job after another
 
 Any verl override works: the config inherits verl's ``ppo_trainer``.
@@ -40,6 +40,7 @@ def main(config) -> None:
     from treetune_recipe.cpo.cpo_task_runner import CPOTaskRunner
 
     try:
+        # SYNC WARNING: verl/trainer/main_ppo.py:run_ppo accepts task_runner_class (the recipe seam of 0.7.1)
         run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(CPOTaskRunner))
     finally:
         # Each job of a Hydra multirun starts its own Ray cluster with its own runtime env.

@@ -35,7 +35,9 @@ def test_extra_arguments_are_hydra_overrides():
     args = run_demo.parse_args(["--steps", "3", "trainer.total_training_steps=5", "data.train_batch_size=8"])
     assert args.steps == 3
     assert args.overrides == ["trainer.total_training_steps=5", "data.train_batch_size=8"]
-    assert args.entry_module == "verl.trainer.main_ppo" and args.config_name == "ppo_trainer_cpu"
+    # The demo runs the CPO recipe by default; the CPU profile is added as an override.
+    assert args.entry_module == "treetune_recipe.cpo.main_cpo" and args.config_name == "cpo_trainer"
+    assert "platform=cpu" in run_demo.DEMO_OVERRIDES
 
 
 def test_step_times_reads_the_file_logger_format(tmp_path):

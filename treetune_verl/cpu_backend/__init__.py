@@ -14,7 +14,7 @@
 """CPU backend for verl 0.7.1: lets the unmodified Ray PPO/GRPO trainer run on a machine without accelerator.
 
 Loaded in every process of a run through verl's own plugin hook: ``import verl`` imports each module listed in the
-``VERL_USE_EXTERNAL_MODULES`` environment variable, and ``treetune_verl/config/cpu_backend.yaml`` puts
+``VERL_USE_EXTERNAL_MODULES`` environment variable, and ``treetune_verl/config/platform/cpu.yaml`` puts
 ``treetune_verl.cpu_backend`` there in the Ray runtime env (driver, TaskRunner, trainer workers, agent-loop and
 reward workers all inherit it). Importing this package:
 

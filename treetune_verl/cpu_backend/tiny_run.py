@@ -15,7 +15,7 @@
 
 - :func:`tiny_run_overrides`: the Hydra overrides that point a run at the tiny assets and an output folder. The CPU
   profile itself (device, strategy, rollout ``hf``, Ray resources, sizes) lives in
-  ``treetune_verl/config/cpu_backend.yaml``; only what depends on where assets and outputs are is added here.
+  ``treetune_verl/config/platform/cpu.yaml``; only what depends on where assets and outputs are is added here.
 - :func:`launch_training`: runs a Hydra entry point (upstream ``verl.trainer.main_ppo`` by default) as a subprocess
   with a timeout, streams its output, and measures its wall time and peak memory.
 """
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-#: Directory holding ``ppo_trainer_cpu.yaml`` and ``cpu_backend.yaml`` (pass it as ``--config-path``).
+#: Directory holding ``ppo_trainer_cpu.yaml`` and the ``platform`` group (pass it as ``--config-path``).
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
 #: Reward of the tiny arithmetic dataset (``data_source="tiny_arith"``).
 TINY_REWARD_PATH = "pkg://treetune_verl.utils.reward_score.tiny_arith"
