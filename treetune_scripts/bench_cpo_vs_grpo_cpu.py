@@ -34,10 +34,17 @@ CONFIG_DIR = Path(__file__).resolve().parents[1] / "treetune_recipe" / "cpo" / "
 ESTIMATORS = ("grpo", "cpo")
 
 
+def is_step_part(key: str) -> bool:
+    """A ``timing_s/*`` metric that is a part of the step time (not the agent loop's per-request counters)."""
+    return key.startswith("timing_s/") and not key.startswith(
+        ("timing_s/agent_loop/", "timing_s/start_profile", "timing_s/stop_profile")
+    )
+
+
 def mean_timings(metrics: dict[int, dict[str, float]], warmup: int) -> dict[str, float]:
     """Mean of every ``timing_s/*`` metric over the steps after ``warmup`` (0 for a part a step did not run)."""
     steps = [values for step, values in sorted(metrics.items()) if step > warmup]
-    keys = sorted({key for values in steps for key in values if key.startswith("timing_s/")})
+    keys = sorted({key for values in steps for key in values if is_step_part(key)})
     return {key: statistics.fmean(values.get(key, 0.0) for values in steps) for key in keys}
 
 
