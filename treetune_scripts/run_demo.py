@@ -120,12 +120,14 @@ def main(argv: list[str] | None = None) -> int:
     from treetune_verl.preflight import PreflightError, check_run_config
 
     try:
-        check_run_config(compose_config(args.config_dir, args.config_name, overrides))
+        config = compose_config(args.config_dir, args.config_name, overrides)
+        check_run_config(config)
     except PreflightError as error:
         print(f"[demo] {error}", file=sys.stderr)
         return 2
 
-    print(f"[demo] training: python -m {args.entry_module} --config-name {args.config_name} ({args.steps} steps)")
+    steps = config.trainer.total_training_steps
+    print(f"[demo] training: python -m {args.entry_module} --config-name {args.config_name} ({steps} steps)")
 
     def echo(line: str) -> None:
         shown = line if args.verbose else condense(line)
