@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 from treetune_recipe.cpo.config import CPOConfig
+from treetune_recipe.cpo.cpo_hint import HintConfig
 
 CPO_ESTIMATOR = "cpo"
 
@@ -42,7 +43,7 @@ def check_cpo_config(config) -> None:
             "CPO advantage wrappers read the current-policy token entropy; "
             "set actor_rollout_ref.actor.calculate_entropy=true."
         )
-    CPOConfig.from_config(config.cpo)  # validates every cpo.* key
+    HintConfig.from_config(CPOConfig.from_config(config.cpo).hint)  # validates every cpo.* and cpo.hint.* key
 
 
 def check_cpo_run(config) -> None:
@@ -51,7 +52,6 @@ def check_cpo_run(config) -> None:
     With CPO on, every training row must also carry the gold solution the hint prompt is built from (unless
     ``cpo.hint.on_missing=skip``, or the solution is read from another ``extra_info`` key, checked at build time).
     """
-    from treetune_recipe.cpo.cpo_hint import HintConfig
     from treetune_scripts.data.validate_rl_parquet import check_rl_files
 
     check_cpo_config(config)

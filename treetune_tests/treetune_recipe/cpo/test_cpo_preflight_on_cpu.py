@@ -1,0 +1,77 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Start-up checks of the CPO recipe on the composed ``cpo_trainer`` config (no Ray, no model)."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_dir
+
+from treetune_recipe.cpo.preflight import check_cpo_config, check_cpo_run, cpo_is_enabled
+from treetune_scripts.make_tiny_assets import build_tiny_assets
+from treetune_verl.cpu_backend.tiny_run import tiny_run_overrides
+
+CONFIG_DIR = Path(__file__).resolve().parents[3] / "treetune_recipe" / "cpo" / "config"
+
+
+def cpo_config(*overrides):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        return compose("cpo_trainer", overrides=["platform=cpu", *overrides])
+
+
+def test_default_config_passes_and_enables_cpo():
+    config = cpo_config()
+    assert cpo_is_enabled(config)
+    check_cpo_config(config)
+
+
+def test_grpo_estimator_turns_cpo_off_and_skips_its_checks():
+    config = cpo_config("algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.calculate_entropy=false")
+    assert not cpo_is_enabled(config)
+    check_cpo_config(config)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("trainer.use_legacy_worker_impl=auto", "trainer.use_legacy_worker_impl=disable"),
+        ("actor_rollout_ref.actor.calculate_entropy=false", "calculate_entropy=true"),
+        ("cpo.wrap_method=seqkl", "Unknown cpo.wrap_method 'seqkl'"),
+        ("cpo.cpo_lambda=1.0", "cpo_lambda"),
+        ("cpo.neg_alpha=nan", "cpo.neg_alpha"),
+        ("cpo.hint.on_missing=ignore", "cpo.hint.on_missing must be 'error' or 'skip'"),
+        ("cpo.hint.user_template='no fields'", "{question}"),
+    ],
+)
+def test_bad_cpo_settings_are_rejected_naming_the_fix(override, message):
+    with pytest.raises(ValueError) as error:
+        check_cpo_config(cpo_config(override))
+    assert message in str(error.value)
+
+
+def test_run_check_requires_solutions_only_when_the_hint_needs_them(tmp_path):
+    assets_dir = build_tiny_assets()
+    frame_path = assets_dir / "data" / "train.parquet"
+    frame = pd.read_parquet(frame_path)
+    frame["extra_info"] = [{k: v for k, v in info.items() if k != "solution"} for info in frame["extra_info"]]
+    no_solution = tmp_path / "train.parquet"
+    frame.to_parquet(no_solution)
+    paths = tiny_run_overrides(assets_dir, tmp_path)
+
+    check_cpo_run(cpo_config(*paths))
+    with pytest.raises(ValueError, match="extra_info.solution"):
+        check_cpo_run(cpo_config(*paths, f"data.train_files={no_solution}"))
+    check_cpo_run(cpo_config(*paths, f"data.train_files={no_solution}", "cpo.hint.on_missing=skip"))
+    check_cpo_run(cpo_config(*paths, f"data.train_files={no_solution}", "algorithm.adv_estimator=grpo"))
