@@ -20,12 +20,7 @@ partial is pickled by reference, so this module imports verl's worker modules on
 
 import torch
 
-from treetune_recipe.cpo.cpo_core_algos import (
-    apply_loss_position,
-    get_cpo_wrapper,
-    log_ratio,
-    mutual_information,
-)
+from treetune_recipe.cpo.cpo_core_algos import apply_loss_position, get_cpo_wrapper
 
 # Batch keys the CPO loss reads; the trainer adds the first three (names fixed) before the actor update.
 CPO_BATCH_KEYS = ("gw_log_probs", "seq_rewards", "difficulty", "old_log_probs", "advantages", "response_mask")
@@ -52,10 +47,9 @@ def cpo_ppo_loss(config, model_output: dict, data, dp_group=None, *, cpo):
     Returns:
         (loss, metrics): upstream's, plus ``cpo/*`` metrics (micro-batch means, aggregated like verl's
         ``pg_clipfrac``) over the valid tokens of the original mask: ``adv_delta_mean``, ``adv_delta_absmean``,
-        ``adv_delta_absmean/{correct,wrong}``, ``changed_token_frac``, ``loss_token_frac`` (share kept by
-        ``loss_position``), and
-        ``log_ratio_mean/{correct,wrong}``, ``mi_mean/{correct,wrong}`` (0 when the micro-batch has no such
-        response).
+        ``adv_delta_absmean/{correct,wrong}`` (0 for a micro-batch without such responses), ``changed_token_frac``,
+        ``loss_token_frac`` (share kept by ``loss_position``). Statistics of the hint log-ratio itself do not
+        depend on the update and are logged exactly by the trainer instead.
     """
     # SYNC WARNING: verl/workers/utils/losses.py:ppo_loss
     # SYNC WARNING: verl/workers/utils/padding.py:no_padding_2_padding
@@ -108,8 +102,6 @@ def _cpo_metrics(data, advantages, new_advantages, loss_mask, success_value: flo
     correct = valid & (data["seq_rewards"] == success_value).unsqueeze(-1)
     wrong = valid & ~correct
     delta = new_advantages - advantages
-    gw_log_probs, old_log_probs = data["gw_log_probs"], data["old_log_probs"]
-    log_ratios, mis = log_ratio(gw_log_probs, old_log_probs), mutual_information(gw_log_probs, old_log_probs)
     terms = {
         "cpo/adv_delta_mean": (delta, valid),
         "cpo/adv_delta_absmean": (delta.abs(), valid),
@@ -117,10 +109,6 @@ def _cpo_metrics(data, advantages, new_advantages, loss_mask, success_value: flo
         "cpo/adv_delta_absmean/wrong": (delta.abs(), wrong),
         "cpo/changed_token_frac": (delta != 0, valid),
         "cpo/loss_token_frac": (loss_mask.bool(), valid),
-        "cpo/log_ratio_mean/correct": (log_ratios, correct),
-        "cpo/log_ratio_mean/wrong": (log_ratios, wrong),
-        "cpo/mi_mean/correct": (mis, correct),
-        "cpo/mi_mean/wrong": (mis, wrong),
     }
     means = torch.stack(
         [torch.where(mask, values.float(), 0.0).sum() / mask.sum().clamp(min=1) for values, mask in terms.values()]

@@ -37,7 +37,11 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
 
 from treetune_recipe.cpo.config import CPOConfig
-from treetune_recipe.cpo.cpo_core_algos import compute_difficulty_mask  # importing registers the "cpo" estimator
+from treetune_recipe.cpo.cpo_core_algos import (  # importing registers the "cpo" estimator
+    compute_difficulty_mask,
+    log_ratio,
+    mutual_information,
+)
 from treetune_recipe.cpo.cpo_hint import HintConfig, build_hint_batch
 from treetune_recipe.cpo.cpo_loss import cpo_ppo_loss
 from treetune_recipe.cpo.preflight import check_cpo_config, cpo_is_enabled
@@ -111,17 +115,31 @@ class RayCPOTrainer(RayPPOTrainer):
         return actor_output
 
     def _step_cpo_metrics(self, batch: DataProto) -> dict[str, float]:
-        """Batch-level CPO diagnostics computed on the driver (the loss adds per-micro-batch ones)."""
-        mask = batch.batch["response_mask"].bool()
-        log_ratio = (batch.batch["gw_log_probs"] - batch.batch["old_log_probs"])[mask]
+        """Batch-level CPO diagnostics, exact over the step's valid tokens (the loss adds the advantage changes).
+
+        ``cpo/{log_ratio,mi}_mean/{correct,wrong}`` are left out for a step without correct (or wrong) responses.
+        """
+        valid = batch.batch["response_mask"].bool()
+        gw_log_probs, old_log_probs = batch.batch["gw_log_probs"], batch.batch["old_log_probs"]
+        ratios, mis = log_ratio(gw_log_probs, old_log_probs), mutual_information(gw_log_probs, old_log_probs)
+        correct_rows = batch.batch["seq_rewards"] == self.cpo_config.success_value
         difficulty = batch.batch["difficulty"]
         metrics = {
-            "cpo/gw_minus_old_mean": log_ratio.mean().item(),
-            "cpo/gw_minus_old_absmean": log_ratio.abs().mean().item(),
+            "cpo/gw_minus_old_mean": ratios[valid].mean().item(),
+            "cpo/gw_minus_old_absmean": ratios[valid].abs().mean().item(),
             "cpo/group_all_wrong_frac": (difficulty == -1).float().mean().item(),
             "cpo/group_all_correct_frac": (difficulty == 1).float().mean().item(),
-            "cpo/success_frac": (batch.batch["seq_rewards"] == self.cpo_config.success_value).float().mean().item(),
+            "cpo/success_frac": correct_rows.float().mean().item(),
         }
+        splits = (
+            (correct_rows, "cpo/log_ratio_mean/correct", "cpo/mi_mean/correct"),
+            (~correct_rows, "cpo/log_ratio_mean/wrong", "cpo/mi_mean/wrong"),
+        )
+        for rows, ratio_key, mi_key in splits:
+            tokens = valid & rows[:, None]
+            if tokens.any():
+                metrics[ratio_key] = ratios[tokens].mean().item()
+                metrics[mi_key] = mis[tokens].mean().item()
         if "acc" in batch.non_tensor_batch:
             metrics["cpo/acc_mean"] = float(np.mean(batch.non_tensor_batch["acc"].astype(float)))
         return metrics

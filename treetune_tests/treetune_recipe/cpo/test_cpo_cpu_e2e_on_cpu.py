@@ -32,7 +32,13 @@ CONFIG_DIR = Path(__file__).resolve().parents[3] / "treetune_recipe" / "cpo" / "
 ENTRY_MODULE = "treetune_recipe.cpo.main_cpo"
 RUN_TIMEOUT_S = 480
 # Metrics the trainer logs on the driver, and the ones the CPO loss returns from the workers.
-DRIVER_METRICS = ("cpo/gw_minus_old_absmean", "cpo/hint_prompt_len_mean", "cpo/group_all_wrong_frac")
+DRIVER_METRICS = (
+    "cpo/gw_minus_old_absmean",
+    "cpo/log_ratio_mean/wrong",
+    "cpo/mi_mean/wrong",
+    "cpo/hint_prompt_len_mean",
+    "cpo/group_all_wrong_frac",
+)
 LOSS_METRICS = ("actor/cpo/adv_delta_absmean", "actor/cpo/adv_delta_absmean/wrong", "actor/cpo/changed_token_frac")
 
 
