@@ -2,6 +2,7 @@
 # CPO on Qwen3-8B, one node with 8x H100 (80 GB), vLLM async rollout.
 # Hyperparameters: the reference's seq_kl main run (spec section 7.2) adapted to 8B.
 #   MODEL_PATH=/models/Qwen3-8B DATA_DIR=/data/cpo CKPT_DIR=/ckpt/cpo bash run_cpo_qwen3-8b.sh [hydra overrides...]
+#   DRY_RUN=1 ... prints the full command instead of running it.
 # DATA_DIR holds the parquet files written by treetune_scripts/data/prepare_*.py.
 set -xeuo pipefail
 
@@ -30,8 +31,11 @@ fi
 # MULTIRUN=1 turns the overrides into a Hydra sweep (see run_cpo_sweep.sh); --multirun must precede them.
 hydra_flags=()
 [[ "${MULTIRUN:-0}" == 1 ]] && hydra_flags+=(--multirun)
+# DRY_RUN=1 prints the command, one argument per line, instead of running it.
+launcher=(python3)
+[[ "${DRY_RUN:-0}" == 1 ]] && launcher=(printf '%s\n' python3)
 
-python3 -m treetune_recipe.cpo.main_cpo "${hydra_flags[@]}" \
+"${launcher[@]}" -m treetune_recipe.cpo.main_cpo "${hydra_flags[@]}" \
     data.train_files="$train_files" \
     data.val_files="$val_files" \
     data.train_batch_size=1024 \
