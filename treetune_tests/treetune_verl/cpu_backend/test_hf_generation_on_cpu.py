@@ -51,25 +51,10 @@ def model():
     return model
 
 
-@torch.no_grad()
-def naive_greedy(model, prompt, steps, eos=()):
-    """One prompt, no padding, no KV cache: full forward for every new token."""
-    sequence, tokens, log_probs = list(prompt), [], []
-    for _ in range(steps):
-        logits = model(torch.tensor([sequence])).logits[0, -1].float()
-        token = int(logits.argmax())
-        tokens.append(token)
-        log_probs.append(float(torch.log_softmax(logits, -1)[token]))
-        sequence.append(token)
-        if token in eos:
-            break
-    return tokens, log_probs
-
-
 PROMPTS = [[5, 9, 13, 2, 7, 30, 31], [11, 4], [40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 3], [8]]
 
 
-def test_greedy_batch_with_left_padding_matches_naive_per_prompt_decoding(model):
+def test_greedy_batch_with_left_padding_matches_naive_per_prompt_decoding(model, naive_greedy):
     generations = decode_batch(
         model, PROMPTS, [6] * 4, SamplingSettings(temperature=0), eos_token_ids=[60], pad_token_id=PAD
     )
@@ -80,7 +65,7 @@ def test_greedy_batch_with_left_padding_matches_naive_per_prompt_decoding(model)
         assert not generation.hit_eos
 
 
-def test_row_stops_after_its_eos_token_which_is_kept_and_other_rows_continue(model):
+def test_row_stops_after_its_eos_token_which_is_kept_and_other_rows_continue(model, naive_greedy):
     reference, _ = naive_greedy(model, PROMPTS[0], 6)
     eos = reference[2]
     generations = decode_batch(
@@ -93,7 +78,7 @@ def test_row_stops_after_its_eos_token_which_is_kept_and_other_rows_continue(mod
         assert generation.token_ids == naive_greedy(model, prompt, 6, eos=(eos,))[0]
 
 
-def test_per_row_token_limits_including_zero(model):
+def test_per_row_token_limits_including_zero(model, naive_greedy):
     generations = decode_batch(
         model, PROMPTS, [3, 0, 5, 1], SamplingSettings(temperature=0), eos_token_ids=[60], pad_token_id=PAD
     )
@@ -116,7 +101,7 @@ def test_sampling_log_probs_are_those_of_the_temperature_scaled_distribution(mod
             sequence.append(token)
 
 
-def test_top_k_one_sampling_is_greedy(model):
+def test_top_k_one_sampling_is_greedy(model, naive_greedy):
     generations = decode_batch(
         model,
         PROMPTS,

@@ -44,20 +44,6 @@ def server(model_dir):
     return HFGenerationServer(config=config, model_config=model_config)
 
 
-@torch.no_grad()
-def naive_greedy(model, prompt, steps, eos):
-    sequence, tokens, log_probs = list(prompt), [], []
-    for _ in range(steps):
-        logits = model(torch.tensor([sequence])).logits[0, -1].float()
-        token = int(logits.argmax())
-        tokens.append(token)
-        log_probs.append(float(torch.log_softmax(logits, -1)[token]))
-        sequence.append(token)
-        if token in eos:
-            break
-    return tokens, log_probs
-
-
 def prompts_for(server, count):
     tokenizer = server.model_config.tokenizer
     questions = ["What is 2 + 3?", "Tom has 7 pens and buys 5 more. How many pens?", "9 - 4 = ?", "1"]
@@ -73,7 +59,7 @@ async def generate_all(server, prompts, params):
     )
 
 
-def test_concurrent_greedy_requests_are_batched_and_match_one_by_one_decoding(server, model_dir):
+def test_concurrent_greedy_requests_are_batched_and_match_one_by_one_decoding(server, model_dir, naive_greedy):
     prompts = prompts_for(server, 4)
     outputs = asyncio.run(generate_all(server, prompts, GREEDY))
     reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
@@ -97,7 +83,7 @@ def test_log_probs_only_when_asked_and_max_tokens_rule(server):
     assert short.token_ids == default_length.token_ids[:3]
 
 
-def test_eos_is_kept_as_last_token_when_generation_stops_early(server, model_dir):
+def test_eos_is_kept_as_last_token_when_generation_stops_early(server, model_dir, naive_greedy):
     (prompt,) = prompts_for(server, 1)
     reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     free_run, _ = naive_greedy(reference, prompt, RESPONSE_LENGTH, eos=())
@@ -107,7 +93,7 @@ def test_eos_is_kept_as_last_token_when_generation_stops_early(server, model_dir
     assert output.token_ids[-1] == free_run[1]
 
 
-def test_update_weights_changes_generation_to_that_of_the_new_weights(server, model_dir):
+def test_update_weights_changes_generation_to_that_of_the_new_weights(server, model_dir, naive_greedy):
     prompts = prompts_for(server, 2)
     trained = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     torch.manual_seed(3)
