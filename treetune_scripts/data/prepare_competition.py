@@ -26,10 +26,7 @@ below are defaults for machines with internet access; pass ``--hf-dataset`` when
 
 from __future__ import annotations
 
-import argparse
-
-from treetune_scripts.data.prepare_math import Preset, convert_records
-from treetune_scripts.data.rl_schema import add_common_arguments, load_records, write_rl_parquet
+from treetune_scripts.data.prepare_math import Preset, run_preset_cli
 
 PRESETS = {
     "aime2024": Preset("aime2024", "test", "HuggingFaceH4/aime_2024", "train"),
@@ -39,14 +36,7 @@ PRESETS = {
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", choices=sorted(PRESETS), required=True, help="which competition set the input is")
-    add_common_arguments(parser)
-    args = parser.parse_args(argv)
-    preset = PRESETS[args.preset]
-    rows, skipped = convert_records(load_records(args, preset.hf_dataset, preset.hf_split), args, preset)
-    path = write_rl_parquet(rows, args.output)
-    print(f"wrote {len(rows)} rows to {path} (skipped {skipped} without a question or an answer)")
+    run_preset_cli(PRESETS, __doc__, argv)
 
 
 if __name__ == "__main__":

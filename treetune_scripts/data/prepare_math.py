@@ -87,15 +87,20 @@ def convert_records(records: list[dict], args: argparse.Namespace, preset: Prese
     return rows, skipped
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", choices=sorted(PRESETS), required=True, help="which dataset the input is")
+def run_preset_cli(presets: dict[str, Preset], description: str, argv: list[str] | None) -> None:
+    """Command line shared by the preset-based prep scripts: ``--preset`` plus the common flags, then convert."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", choices=sorted(presets), required=True, help="which dataset the input is")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
-    preset = PRESETS[args.preset]
+    preset = presets[args.preset]
     rows, skipped = convert_records(load_records(args, preset.hf_dataset, preset.hf_split), args, preset)
     path = write_rl_parquet(rows, args.output)
     print(f"wrote {len(rows)} rows to {path} (skipped {skipped} without a question or an answer)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_preset_cli(PRESETS, __doc__, argv)
 
 
 if __name__ == "__main__":
