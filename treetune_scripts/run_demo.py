@@ -48,6 +48,8 @@ DEFAULT_CONFIG_NAME = "cpo_trainer"
 # visibly within a few steps.
 DEMO_OVERRIDES = ["platform=cpu", "actor_rollout_ref.actor.optim.lr=1e-3"]
 _STEP_LINE = re.compile(r"step:(\d+) - (.*)")
+# A console value is a plain number or, with numpy 2, its repr (``np.float64(0.25)``).
+_VALUE = re.compile(r"(?:np\.\w+\()?([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf)\)?")
 _STEP_SUMMARY_KEYS = {
     "score": "critic/score/mean",
     "pg_loss": "actor/pg_loss",
@@ -86,7 +88,8 @@ def condense(line: str) -> str | None:
     match = _STEP_LINE.search(line)
     if match:
         metrics = dict(part.split(":", 1) for part in match.group(2).split(" - ") if ":" in part)
-        cells = [f"{label}={float(metrics[key]):.4g}" for label, key in _STEP_SUMMARY_KEYS.items() if key in metrics]
+        values = {key: _VALUE.fullmatch(metrics[key].strip()) for key in _STEP_SUMMARY_KEYS.values() if key in metrics}
+        cells = [f"{label}={float(values[key][1]):.4g}" for label, key in _STEP_SUMMARY_KEYS.items() if values.get(key)]
         return f"step {match.group(1)}: " + " ".join(cells)
     if any(marker in line for marker in _ALWAYS_SHOWN):
         return line

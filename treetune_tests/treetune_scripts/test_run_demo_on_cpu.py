@@ -31,6 +31,12 @@ def test_step_line_is_condensed_to_the_key_metrics():
     assert run_demo.condense("'trust_remote_code': False,") is None
 
 
+def test_step_line_with_numpy2_reprs_is_condensed_to_the_same_numbers():
+    # With numpy 2 the trainer's console prints numpy scalars as their repr.
+    line = "step:2 - critic/score/mean:np.float64(-0.5) - actor/kl_loss:np.float32(1e-03) - timing_s/step:nan"
+    assert run_demo.condense(line) == "step 2: score=-0.5 kl_loss=0.001 step_s=nan"
+
+
 def test_extra_arguments_are_hydra_overrides():
     args = run_demo.parse_args(["--steps", "3", "trainer.total_training_steps=5", "data.train_batch_size=8"])
     assert args.steps == 3
