@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 import threading
 from collections.abc import Callable
@@ -307,10 +308,66 @@ def apply_cpu_device_patches() -> None:
     _apply_once("gloo_process_group", _patch_init_process_group)
     _apply_once("noop_pin_memory", _patch_pin_memory)
     _apply_once("torch_cpu_memory_api", _patch_torch_cpu_namespace)
+    apply_pure_torch_attention_utils()
+
+
+def flash_attn_installed() -> bool:
+    """True when the ``flash_attn`` package can be imported (it is built for CUDA only)."""
+    return importlib.util.find_spec("flash_attn") is not None
+
+
+def apply_pure_torch_attention_utils() -> None:
+    """Make verl's pad/unpad helpers use its pure-torch module in this process (CPU, or CUDA without flash-attn)."""
     require_verl_version("pure_torch_attention_utils")
     run_after_import(
         "verl.utils.attention_utils",
         lambda module: _apply_once("pure_torch_attention_utils", lambda: _patch_attention_utils(module)),
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Engine-worker fixes (every device)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _patch_keep_actor_on_device_after_weight_sync(module: ModuleType) -> None:
+    """Bring the actor's parameters back to the accelerator after each weight sync unless param offload is on.
+
+    Fixes: ``ActorRolloutRefWorker.update_weights`` ends with ``actor.engine.to("cpu", model=True)`` whatever
+    ``fsdp_config.param_offload`` says, and the engine's train/eval contexts reload parameters only when param offload
+    is on. With ``param_offload=False`` (the GPU launch default) the next ``update_actor`` then fails in FSDP2's
+    reduce-scatter ("attempting to assign a gradient with device type 'cuda' to a tensor with device type 'cpu'").
+    Fixed upstream after 0.7.1 (verl PR #4777). On CPU the move is a no-op.
+    """
+    # SYNC WARNING: verl/workers/engine_workers.py:ActorRolloutRefWorker.update_weights (l.670, unconditional offload)
+    # SYNC WARNING: verl/workers/engine/base.py:BaseEngineCtx._context_switch (l.242-252, reload only with offload)
+    worker_cls = module.ActorRolloutRefWorker
+    original = worker_cls.update_weights
+    if getattr(original, "_treetune_keep_on_device", False):
+        return
+
+    @functools.wraps(original)
+    async def update_weights(self, *args, **kwargs):
+        result = await original(self, *args, **kwargs)
+        engine = self.actor.engine
+        if not engine.is_param_offload_enabled:
+            from verl.utils.device import get_device_name
+
+            engine.to(get_device_name(), model=True, optimizer=False, grad=False)
+        return result
+
+    update_weights._treetune_keep_on_device = True
+    worker_cls.update_weights = update_weights
+
+
+def apply_engine_worker_fixes() -> None:
+    """Apply, once verl's engine workers are imported in this process, the fixes they need on every device."""
+    require_verl_version("keep_actor_on_device_after_weight_sync")
+    run_after_import(
+        "verl.workers.engine_workers",
+        lambda module: _apply_once(
+            "keep_actor_on_device_after_weight_sync", lambda: _patch_keep_actor_on_device_after_weight_sync(module)
+        ),
     )
 
 

@@ -22,7 +22,8 @@ reward workers all inherit it). Importing this package:
    ``RolloutReplicaRegistry`` (see :mod:`treetune_verl.cpu_backend.hf_server`);
 2. without an accelerator, applies the CPU-device patches of :mod:`treetune_verl.patches` and registers verl's FSDP
    engines for device ``cpu`` in ``EngineRegistry``;
-3. wraps upstream ``validate_config`` with :mod:`treetune_verl.preflight` (clear errors instead of deep crashes or
+3. imports :mod:`treetune_verl.verl_runtime` (the engine-worker fixes every device needs);
+4. wraps upstream ``validate_config`` with :mod:`treetune_verl.preflight` (clear errors instead of deep crashes or
    hangs).
 
 Registrations on verl modules happen right after those modules are imported, so this import stays light (it must:
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from treetune_verl import patches
+from treetune_verl import patches, verl_runtime  # noqa: F401  (verl_runtime: the fixes every device needs)
 
 #: Module path to list in ``VERL_USE_EXTERNAL_MODULES``.
 BACKEND_MODULE = __name__
