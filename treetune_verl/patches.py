@@ -38,6 +38,8 @@ import threading
 from collections.abc import Callable
 from types import ModuleType
 
+from treetune_verl.preflight import accelerator_available
+
 _APPLIED: set[str] = set()
 _LOCK = threading.RLock()
 
@@ -143,21 +145,6 @@ def run_after_import(module_name: str, hook: Callable[[ModuleType], None]) -> No
         _PENDING_HOOKS.setdefault(module_name, []).append(hook)
         if _FINDER not in sys.meta_path:
             sys.meta_path.insert(0, _FINDER)
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Accelerator detection
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def accelerator_available() -> bool:
-    """True when torch sees a CUDA or Ascend NPU device (the only accelerators verl 0.7.1 targets)."""
-    import torch
-
-    if torch.cuda.is_available():
-        return True
-    npu = getattr(torch, "npu", None)
-    return bool(npu is not None and npu.is_available())
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+#: This module imports nothing of the project (``treetune_verl.patches`` imports it, never the reverse).
 #: The module the CPU backend is loaded from (kept in sync with ``treetune_verl.cpu_backend.BACKEND_MODULE``;
 #: not imported from there so that this module stays free of side effects).
 CPU_BACKEND_MODULE = "treetune_verl.cpu_backend"
@@ -81,10 +82,14 @@ def _importable(module: str) -> bool:
         return False
 
 
-def _accelerator_available() -> bool:
-    from treetune_verl.patches import accelerator_available
+def accelerator_available() -> bool:
+    """True when torch sees a CUDA or Ascend NPU device (the only accelerators verl 0.7.1 targets)."""
+    import torch
 
-    return accelerator_available()
+    if torch.cuda.is_available():
+        return True
+    npu = getattr(torch, "npu", None)
+    return bool(npu is not None and npu.is_available())
 
 
 # ---------------------------------------------------------------------------------------------------------------- files
@@ -324,7 +329,7 @@ def collect_problems(config: Any, *, accelerator: bool | None = None, check_reso
         check_resources: also compare verl's resource needs with ``ray_kwargs.ray_init``.
     """
     if accelerator is None:
-        accelerator = _accelerator_available()
+        accelerator = accelerator_available()
     problems = _check_files(config) + _check_hf_rollout(config)
     if not accelerator:
         problems += _check_cpu_settings(config)

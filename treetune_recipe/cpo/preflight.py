@@ -52,7 +52,7 @@ def check_cpo_run(config) -> None:
     With CPO on, every training row must also carry the gold solution the hint prompt is built from (unless
     ``cpo.hint.on_missing=skip``, or the solution is read from another ``extra_info`` key, checked at build time).
     """
-    from treetune_scripts.data.validate_rl_parquet import check_rl_files
+    from treetune_verl.data.rl_schema import check_rl_files
 
     check_cpo_config(config)
     require_solution = False

@@ -18,7 +18,7 @@ import json
 import pytest
 
 from treetune_scripts import run_demo
-from treetune_verl.patches import accelerator_available
+from treetune_verl.preflight import accelerator_available
 
 
 def test_step_line_is_condensed_to_the_key_metrics():
