@@ -39,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-require-solution", action="store_true", help="allow an empty extra_info.solution (validation files)"
     )
+    parser.add_argument(
+        "--no-require-ability", action="store_true", help="allow rows without ability (validation files)"
+    )
     args = parser.parse_args(argv)
     total_problems = 0
     for path in args.files:
@@ -48,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path}: cannot be read as parquet: {error}")
             total_problems += 1
             continue
-        problems = validate_rl_dataframe(df, require_solution=not args.no_require_solution)
+        problems = validate_rl_dataframe(
+            df, require_solution=not args.no_require_solution, require_ability=not args.no_require_ability
+        )
         for problem in problems:
             print(f"{path}: {problem}")
         total_problems += len(problems)

@@ -134,7 +134,9 @@ def write_rl_parquet(rows: Sequence[dict], path: str | Path) -> Path:
     return path
 
 
-REQUIRED_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
+REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model", "extra_info")
+#: Required in training files only (verl's dataset does not read it; validation files may leave it out).
+TRAINING_COLUMNS = ("ability",)
 MESSAGE_ROLES = ("system", "user", "assistant")
 
 
@@ -172,12 +174,12 @@ def _prompt_problems(prompt: Any) -> list[tuple[str, str]]:
     return problems
 
 
-def _row_problems(row: Mapping[str, Any], require_solution: bool) -> list[tuple[str, str]]:
+def _row_problems(row: Mapping[str, Any], require_solution: bool, require_ability: bool) -> list[tuple[str, str]]:
     problems: list[tuple[str, str]] = []
     if not _is_nonempty_text(row.get("data_source")):
         problems.append(("data_source", "must be non-empty text naming the reward route"))
     problems.extend(_prompt_problems(row.get("prompt")))
-    if not _is_nonempty_text(row.get("ability")):
+    if require_ability and not _is_nonempty_text(row.get("ability")):
         problems.append(("ability", "must be non-empty text (e.g. 'math')"))
 
     reward_model = row.get("reward_model")
@@ -197,8 +199,9 @@ def _row_problems(row: Mapping[str, Any], require_solution: bool) -> list[tuple[
         problems.append(("extra_info.index", f"must be an integer, got {index!r}"))
     if not _is_nonempty_text(extra_info.get("split")):
         problems.append(("extra_info.split", "must be non-empty text (e.g. 'train')"))
-    if not _is_nonempty_text(extra_info.get("question")):
-        problems.append(("extra_info.question", "must be the non-empty question text (used by the hint prompt)"))
+    question = extra_info.get("question")  # optional: the hint builder falls back to the last user message
+    if question is not None and not isinstance(question, str):
+        problems.append(("extra_info.question", f"must be text or null, got {type(question).__name__}"))
     solution = extra_info.get("solution")
     if require_solution and not _is_nonempty_text(solution):
         problems.append(("extra_info.solution", "missing or empty; training rows need the full worked solution"))
@@ -207,30 +210,57 @@ def _row_problems(row: Mapping[str, Any], require_solution: bool) -> list[tuple[
     return problems
 
 
-def validate_rl_dataframe(df: pd.DataFrame, require_solution: bool = True) -> list[str]:
+def validate_rl_dataframe(df: pd.DataFrame, require_solution: bool = True, require_ability: bool = True) -> list[str]:
     """Every schema problem of a loaded RL dataset.
 
     Args:
         df: the rows, e.g. ``pd.read_parquet(path)``.
         require_solution: demand a non-empty ``extra_info.solution`` (training files) or allow null (validation).
+        require_ability: demand the ``ability`` column (training files); validation files may leave it out.
 
     Returns:
         One message per problem, ``"row <i>, column <name>: <what is wrong>"`` (row = position in ``df``);
         empty when the data is valid.
     """
-    missing = [column for column in REQUIRED_COLUMNS if column not in df.columns]
+    columns = [*REQUIRED_COLUMNS, *(TRAINING_COLUMNS if require_ability else ())]
+    missing = [column for column in columns if column not in df.columns]
     if missing:
         return [f"column {column}: missing (the file has {list(df.columns)})" for column in missing]
     if df.empty:
         return ["the dataset has no rows"]
     problems = []
-    for position, row in enumerate(df[list(REQUIRED_COLUMNS)].to_dict(orient="records")):
-        for column, message in _row_problems(row, require_solution):
+    for position, row in enumerate(df[columns].to_dict(orient="records")):
+        for column, message in _row_problems(row, require_solution, require_ability):
             problems.append(f"row {position}, column {column}: {message}")
     return problems
 
 
-def check_rl_files(files: Any, require_solution: bool = True, what: str = "data files", max_listed: int = 20) -> None:
+def read_local_rl_files(files: Any, what: str) -> list[tuple[str, pd.DataFrame]]:
+    """``(path, rows)`` of every local file of a config file list (remote ``xx://`` paths are left to verl).
+
+    Raises:
+        ValueError: naming ``what`` (the config key) when a local file does not exist.
+    """
+    if files is None:
+        return []
+    paths = [files] if isinstance(files, str | Path) else list(files)
+    frames = []
+    for path in map(str, paths):
+        if "://" in path:
+            continue
+        if not Path(path).exists():
+            raise ValueError(f"{what}: file {path} does not exist.")
+        frames.append((path, pd.read_parquet(path)))
+    return frames
+
+
+def check_rl_files(
+    files: Any,
+    require_solution: bool = True,
+    what: str = "data files",
+    max_listed: int = 20,
+    require_ability: bool = True,
+) -> list[tuple[str, pd.DataFrame]]:
     """Validates parquet files before a run starts and raises on the first file with problems.
 
     Args:
@@ -239,24 +269,68 @@ def check_rl_files(files: Any, require_solution: bool = True, what: str = "data 
         require_solution: demand ``extra_info.solution`` on every row (training files).
         what: the config key the files come from, used in the message (e.g. ``"data.train_files"``).
         max_listed: how many problems the message lists (the command line lists them all).
+        require_ability: demand ``ability`` on every row (training files).
+
+    Returns:
+        ``(path, rows)`` of every local file checked, for further checks without reading them again.
 
     Raises:
         ValueError: naming the config key, the file, the problem count and the first problems.
     """
-    if files is None:
-        return
-    paths = [files] if isinstance(files, str | Path) else list(files)
-    for path in map(str, paths):
-        if "://" in path:
-            continue
-        if not Path(path).exists():
-            raise ValueError(f"{what}: file {path} does not exist.")
-        problems = validate_rl_dataframe(pd.read_parquet(path), require_solution=require_solution)
+    frames = read_local_rl_files(files, what)
+    for path, frame in frames:
+        problems = validate_rl_dataframe(frame, require_solution=require_solution, require_ability=require_ability)
         if problems:
             listed = "\n  ".join(problems[:max_listed])
             more = f"\n  ... and {len(problems) - max_listed} more" if len(problems) > max_listed else ""
-            flag = "" if require_solution else " --no-require-solution"
+            flags = ("" if require_solution else " --no-require-solution") + (
+                "" if require_ability else " --no-require-ability"
+            )
             raise ValueError(
                 f"{what}: {path} has {len(problems)} schema problems:\n  {listed}{more}\n"
-                f"List them all with: python -m treetune_scripts.data.validate_rl_parquet{flag} {path}"
+                f"List them all with: python -m treetune_scripts.data.validate_rl_parquet{flags} {path}"
             )
+    return frames
+
+
+def prompt_token_lengths(frame: pd.DataFrame, tokenizer, chat_template_kwargs: Mapping | None = None) -> list[int]:
+    """Token count of every row's chat prompt as verl's dataset measures it (chat template, generation prompt).
+
+    Args:
+        frame: RL rows with a ``prompt`` column of ``{role, content}`` messages.
+        tokenizer: the actor's Hugging Face tokenizer.
+        chat_template_kwargs: ``data.apply_chat_template_kwargs``.
+    """
+    # SYNC WARNING: verl/utils/dataset/rl_dataset.py:RLHFDataset.maybe_filter_out_long_prompts (doc2len, l.250-255)
+    conversations = [[dict(message) for message in _as_sequence(prompt) or []] for prompt in frame["prompt"]]
+    kwargs = dict(chat_template_kwargs or {})
+    if getattr(tokenizer, "chat_template", None):
+        texts = tokenizer.apply_chat_template(conversations, add_generation_prompt=True, tokenize=False, **kwargs)
+        return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    texts = ["\n".join(str(message.get("content", "")) for message in messages) for messages in conversations]
+    return [len(ids) for ids in tokenizer(texts)["input_ids"]]
+
+
+def overlong_prompt_problems(
+    frames: Sequence[tuple[str, pd.DataFrame]],
+    tokenizer,
+    max_prompt_length: int,
+    what: str,
+    chat_template_kwargs: Mapping | None = None,
+    max_listed: int = 10,
+) -> list[str]:
+    """One message per file whose prompts exceed ``max_prompt_length`` tokens, naming the rows and their lengths."""
+    problems = []
+    for path, frame in frames:
+        lengths = prompt_token_lengths(frame, tokenizer, chat_template_kwargs)
+        rows = [(row, length) for row, length in enumerate(lengths) if length > max_prompt_length]
+        if rows:
+            listed = ", ".join(f"row {row} ({length} tokens)" for row, length in rows[:max_listed])
+            more = f" and {len(rows) - max_listed} more" if len(rows) > max_listed else ""
+            problems.append(
+                f"{what}: {path}: {len(rows)} prompt(s) longer than data.max_prompt_length={max_prompt_length}: "
+                f"{listed}{more}. verl would not drop them (data.filter_overlong_prompts=false) and its agent loop "
+                "fails on them after the first rollout. Set data.filter_overlong_prompts=true, raise "
+                "data.max_prompt_length, or shorten those rows."
+            )
+    return problems
