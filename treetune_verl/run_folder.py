@@ -40,8 +40,6 @@ import re
 import signal
 import socket
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -341,19 +339,49 @@ class Terminated(SystemExit):
     """Raised in the driver's main thread when it receives SIGTERM, so that its clean-up (``finally``) runs."""
 
 
-@contextmanager
-def sigterm_as_exit() -> Iterator[None]:
-    """Turn SIGTERM into :class:`Terminated` (exit status 143) while the block runs, as SIGINT already is.
+def _raise_terminated(signum, frame):
+    raise Terminated(128 + signum)
 
-    Python's default SIGTERM action ends the process without running ``finally`` blocks, so ``ray.shutdown()`` and
-    the lock release never ran and Ray's processes outlived the driver.
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM raise :class:`Terminated` (exit status 143) in this process, as SIGINT raises KeyboardInterrupt.
+
+    Python's default action, and the failure handler Ray's core worker installs during ``ray.init`` (it prints a
+    stack and aborts, status -6), both end the driver without running ``finally`` blocks: ``ray.shutdown()`` and the
+    lock release never ran. Call it from the main thread, again after ``ray.init`` (see :class:`RearmSigterm`).
+    """
+    signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+class RearmSigterm:
+    """Wraps the Ray actor class given to verl's ``run_ppo`` to call :func:`exit_on_sigterm` once Ray is up.
+
+    ``run_ppo`` calls ``ray.init`` and then, in the same main thread, ``task_runner_class.remote()`` (or
+    ``.options(...).remote()``): the first moment after Ray installed its own SIGTERM handler.
     """
 
-    def terminate(signum, frame):
-        raise Terminated(128 + signum)
+    # SYNC WARNING: verl/trainer/main_ppo.py:run_ppo (l.59-98, ray.init then task_runner_class[.options].remote())
+    def __init__(self, actor_class):
+        self._actor_class = actor_class
 
-    previous = signal.signal(signal.SIGTERM, terminate)
+    def remote(self, *args, **kwargs):
+        exit_on_sigterm()
+        return self._actor_class.remote(*args, **kwargs)
+
+    def options(self, *args, **kwargs):
+        exit_on_sigterm()
+        return self._actor_class.options(*args, **kwargs)
+
+
+def shutdown_ray() -> None:
+    """``ray.shutdown()`` that a second SIGINT or SIGTERM cannot cut short (it would leave Ray's processes)."""
+    import ray
+
+    if not ray.is_initialized():
+        return
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        ray.shutdown()
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -222,13 +222,13 @@ def test_prepare_run_folder_locks_both_paths_and_trims_to_the_resume_step(tmp_pa
 
 SIGTERM_CHILD = """
     import time
-    from treetune_verl.run_folder import sigterm_as_exit
-    with sigterm_as_exit():
-        try:
-            print("ready", flush=True)
-            time.sleep(600)
-        finally:
-            print("cleaned up", flush=True)
+    from treetune_verl.run_folder import exit_on_sigterm
+    exit_on_sigterm()
+    try:
+        print("ready", flush=True)
+        time.sleep(600)
+    finally:
+        print("cleaned up", flush=True)
 """
 
 
