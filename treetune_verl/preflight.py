@@ -238,7 +238,7 @@ def _check_group_sampling(config: Any) -> list[str]:
 def _check_batch_sizes(config: Any) -> list[str]:
     """Rows each worker gets must split into whole micro-batches (verl asserts it only inside the workers)."""
     # SYNC WARNING: verl/workers/engine/utils.py:prepare_micro_batches (l.90-94, size % micro_batch_size_per_gpu)
-    # SYNC WARNING: verl/workers/engine_workers.py (ppo_mini_batch_size *= rollout.n, then // dp size)
+    # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._update_actor (l.1174-1183, mini-batch x rollout.n)
     n = _get(config, "actor_rollout_ref.rollout.n", 1)
     train_batch_size = _get(config, "data.train_batch_size")
     if not (isinstance(n, int) and n >= 1 and isinstance(train_batch_size, int)):
