@@ -248,7 +248,7 @@ def _check_batch_sizes(config: Any) -> list[str]:
     rows = train_batch_size * n
     mini_batch = _get(config, "actor_rollout_ref.actor.ppo_mini_batch_size")
     splits = [("data.train_batch_size", "actor_rollout_ref.rollout.log_prob", rows)]
-    if _get(config, "actor_rollout_ref.actor.use_kl_loss", False):
+    if _get(config, "actor_rollout_ref.actor.use_kl_loss", False) or _get(config, "algorithm.use_kl_in_reward", False):
         splits.append(("data.train_batch_size", "actor_rollout_ref.ref.log_prob", rows))
     if isinstance(mini_batch, int):
         splits.append(("actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.actor.ppo", mini_batch * n))
