@@ -20,7 +20,8 @@ Steps:
 3. run the trainer as a subprocess (default: the CPO recipe, ``treetune_recipe.cpo.main_cpo`` with ``cpo_trainer``
    and ``platform=cpu``; ``--entry-module verl.trainer.main_ppo --config-dir treetune_verl/config --config-name
    ppo_trainer_cpu`` runs upstream GRPO instead), streaming progress to the console and the full log to
-   ``<output-dir>/train.log``; metrics go to ``<output-dir>/metrics.jsonl`` (verl's file logger);
+   ``<output-dir>/train.log`` (appended to, one header line per run); metrics go to ``<output-dir>/metrics.jsonl``
+   (verl's file logger; a resumed run keeps the earlier steps, a fresh one starts the file anew);
 4. plot ``<output-dir>/learning_curve.png`` and print a summary with wall time, step times and peak memory.
 
 Usage::
@@ -110,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     output_dir = args.output_dir.resolve()
     output_dir.mkdir(parents=True, exist_ok=True)
+    # Kept across runs: the trainer drops the steps a resume recomputes and appends (treetune_verl.run_folder).
     metrics_path = output_dir / METRICS_FILE
-    metrics_path.unlink(missing_ok=True)
 
     from treetune_scripts.make_tiny_assets import build_tiny_assets
 
@@ -147,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         env={"VERL_FILE_LOGGER_PATH": str(metrics_path)},
         echo=echo,
         cwd=output_dir,
+        append_log=True,
     )
     if run.returncode != 0:
         tail = run.log_path.read_text().splitlines()[-40:]

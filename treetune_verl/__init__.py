@@ -11,3 +11,4 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
+"""treetune-verl's shared library: CPU backend, start-up checks, patches, run folder safety, RL data, rewards."""

@@ -34,10 +34,13 @@ import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import threading
 from collections.abc import Callable
 from types import ModuleType
+
+from treetune_verl.preflight import accelerator_available
 
 _APPLIED: set[str] = set()
 _LOCK = threading.RLock()
@@ -144,21 +147,6 @@ def run_after_import(module_name: str, hook: Callable[[ModuleType], None]) -> No
         _PENDING_HOOKS.setdefault(module_name, []).append(hook)
         if _FINDER not in sys.meta_path:
             sys.meta_path.insert(0, _FINDER)
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Accelerator detection
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def accelerator_available() -> bool:
-    """True when torch sees a CUDA or Ascend NPU device (the only accelerators verl 0.7.1 targets)."""
-    import torch
-
-    if torch.cuda.is_available():
-        return True
-    npu = getattr(torch, "npu", None)
-    return bool(npu is not None and npu.is_available())
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -473,3 +461,37 @@ def request_entropy_in_actor_updates(worker_group) -> None:
 
     update_actor._treetune_entropy = True
     worker_group.update_actor = update_actor
+
+
+def append_file_logger() -> None:
+    """Make verl's ``file`` logger append to its metrics file instead of truncating it, in this process.
+
+    Why a patch: ``FileLogger.__init__`` opens the file with ``"wb"``, so a resumed run erased every metric logged
+    before the resume. ``Tracking`` looks the class up in its module when it is built, so the module global is
+    replaced with a subclass that opens the same path with ``"ab"``. Steps after the resume point are dropped from
+    the file beforehand on the driver (``treetune_verl.run_folder.keep_metrics_up_to``), so no step is duplicated.
+    Call it in the process that builds the trainer (the TaskRunner actor), before ``fit()``.
+    """
+    # SYNC WARNING: verl/utils/tracking.py:FileLogger.__init__ (l.256-267, path resolution and open(..., "wb"))
+    # SYNC WARNING: verl/utils/tracking.py:Tracking.__init__ (l.178-179, builds FileLogger by module global)
+    require_verl_version("append_file_logger")
+    import verl.utils.tracking as tracking
+
+    if getattr(tracking.FileLogger, "_treetune_append", False):
+        return
+    upstream = tracking.FileLogger
+
+    class AppendingFileLogger(upstream):
+        _treetune_append = True
+
+        def __init__(self, project_name: str, experiment_name: str):
+            self.project_name, self.experiment_name = project_name, experiment_name
+            path = os.getenv("VERL_FILE_LOGGER_PATH")
+            if path is None:
+                folder = os.path.join(os.path.expanduser(os.getenv("VERL_FILE_LOGGER_ROOT", ".")), project_name)
+                os.makedirs(folder, exist_ok=True)
+                path = os.path.join(folder, f"{experiment_name}.jsonl")
+            self.filepath = path
+            self.fp = open(path, "ab", buffering=0)
+
+    tracking.FileLogger = AppendingFileLogger

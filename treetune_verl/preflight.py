@@ -33,6 +33,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+#: This module imports nothing of the project (``treetune_verl.patches`` imports it, never the reverse).
 #: The module the CPU backend is loaded from (kept in sync with ``treetune_verl.cpu_backend.BACKEND_MODULE``;
 #: not imported from there so that this module stays free of side effects).
 CPU_BACKEND_MODULE = "treetune_verl.cpu_backend"
@@ -81,10 +82,14 @@ def _importable(module: str) -> bool:
         return False
 
 
-def _accelerator_available() -> bool:
-    from treetune_verl.patches import accelerator_available
+def accelerator_available() -> bool:
+    """True when torch sees a CUDA or Ascend NPU device (the only accelerators verl 0.7.1 targets)."""
+    import torch
 
-    return accelerator_available()
+    if torch.cuda.is_available():
+        return True
+    npu = getattr(torch, "npu", None)
+    return bool(npu is not None and npu.is_available())
 
 
 # ---------------------------------------------------------------------------------------------------------------- files
@@ -212,6 +217,67 @@ def _check_cpu_settings(config: Any) -> list[str]:
     return problems
 
 
+# -------------------------------------------------------------------------------------------------------- batch shapes
+
+#: Advantage estimators that compare the n responses of one prompt with each other: with n = 1 every group has one
+#: response, its advantage is 0 (or the raw score) and the update is meaningless.
+GROUP_ESTIMATORS = ("grpo", "grpo_passk", "grpo_vectorized", "rloo", "rloo_vectorized", "opo", "cpo")
+
+
+def _check_group_sampling(config: Any) -> list[str]:
+    estimator = _get(config, "algorithm.adv_estimator")
+    n = _get(config, "actor_rollout_ref.rollout.n", 1)
+    if estimator in GROUP_ESTIMATORS and not (isinstance(n, int) and n >= 2):
+        return [
+            f"actor_rollout_ref.rollout.n={n} with algorithm.adv_estimator={estimator}: the estimator compares the "
+            "responses of one prompt, so each prompt needs at least 2; set actor_rollout_ref.rollout.n=2 or more."
+        ]
+    return []
+
+
+def _check_batch_sizes(config: Any) -> list[str]:
+    """Rows each worker gets must split into whole micro-batches (verl asserts it only inside the workers)."""
+    # SYNC WARNING: verl/workers/engine/utils.py:prepare_micro_batches (l.90-94, size % micro_batch_size_per_gpu)
+    # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._update_actor (l.1174-1183, mini-batch x rollout.n)
+    n = _get(config, "actor_rollout_ref.rollout.n", 1)
+    train_batch_size = _get(config, "data.train_batch_size")
+    if not (isinstance(n, int) and n >= 1 and isinstance(train_batch_size, int)):
+        return []
+    processes = int(_get(config, "trainer.n_gpus_per_node", 1)) * int(_get(config, "trainer.nnodes", 1))
+    dp = max(1, processes // int(_get(config, "actor_rollout_ref.actor.ulysses_sequence_parallel_size", 1)))
+    rows = train_batch_size * n
+    mini_batch = _get(config, "actor_rollout_ref.actor.ppo_mini_batch_size")
+    splits = [("data.train_batch_size", "actor_rollout_ref.rollout.log_prob", rows)]
+    if _get(config, "actor_rollout_ref.actor.use_kl_loss", False) or _get(config, "algorithm.use_kl_in_reward", False):
+        splits.append(("data.train_batch_size", "actor_rollout_ref.ref.log_prob", rows))
+    if isinstance(mini_batch, int):
+        splits.append(("actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.actor.ppo", mini_batch * n))
+    problems = []
+    for size_key, micro_prefix, size in splits:
+        dynamic_key = (
+            "actor_rollout_ref.actor.use_dynamic_bsz"
+            if micro_prefix.endswith(".ppo")
+            else (micro_prefix.rsplit(".", 1)[0] + ".log_prob_use_dynamic_bsz")
+        )
+        micro_key = micro_prefix + "_micro_batch_size_per_gpu"
+        micro = _get(config, micro_key)
+        if _get(config, dynamic_key, False) or not isinstance(micro, int) or micro <= 0:
+            continue
+        if size % dp or (size // dp) % micro:
+            problems.append(
+                f"{size_key} x actor_rollout_ref.rollout.n = {size // n} x {n} = {size} rows over {dp} worker(s) "
+                f"do not split into micro-batches of {micro_key}={micro}; verl would stop with 'data size must be "
+                f"divisible by ... micro_batch_size_per_gpu' after the first rollout. Choose sizes with "
+                f"({size_key} x rollout.n / {dp}) % {micro_key} == 0, e.g. {micro_key}="
+                f"{_largest_divisor(size // dp if size % dp == 0 else 1, micro)}, or set {dynamic_key}=true."
+            )
+    return problems
+
+
+def _largest_divisor(value: int, at_most: int) -> int:
+    return max(d for d in range(1, max(1, min(value, at_most)) + 1) if value % d == 0)
+
+
 # ----------------------------------------------------------------------------------------------------------- resources
 
 
@@ -324,8 +390,9 @@ def collect_problems(config: Any, *, accelerator: bool | None = None, check_reso
         check_resources: also compare verl's resource needs with ``ray_kwargs.ray_init``.
     """
     if accelerator is None:
-        accelerator = _accelerator_available()
+        accelerator = accelerator_available()
     problems = _check_files(config) + _check_hf_rollout(config)
+    problems += _check_group_sampling(config) + _check_batch_sizes(config)
     if not accelerator:
         problems += _check_cpu_settings(config)
     if check_resources:

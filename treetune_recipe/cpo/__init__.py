@@ -11,3 +11,4 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
+"""The CPO recipe: GRPO with hint-guided advantage shaping (config, trainer, loss, hint batch, start-up checks)."""

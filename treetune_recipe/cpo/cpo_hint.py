@@ -104,8 +104,19 @@ class HintConfig:
     on_missing: str = _config_field(
         "error", "Group without a solution: 'error' (raise) or 'skip' (gw_log_probs = old_log_probs for it)."
     )
+    allow_all_missing: bool = _config_field(
+        False, "With on_missing=skip, start even when no training row has a solution (the run is then plain GRPO)."
+    )
 
     def __post_init__(self):
+        for key in ("max_prompt_length", "max_prompt_length_margin"):
+            value = getattr(self, key)
+            if (value is not None or key.endswith("margin")) and (
+                isinstance(value, bool) or not isinstance(value, int)
+            ):
+                raise ValueError(f"cpo.hint.{key} must be an integer number of tokens, got {value!r}.")
+        if not isinstance(self.allow_all_missing, bool):
+            raise ValueError(f"cpo.hint.allow_all_missing must be true or false, got {self.allow_all_missing!r}.")
         for key in ("question_key", "solution_key"):
             if not isinstance(getattr(self, key), str) or not getattr(self, key):
                 raise ValueError(f"cpo.hint.{key} must be a non-empty string, got {getattr(self, key)!r}.")
@@ -449,3 +460,21 @@ def _assemble_rows(batch: DataProto, hint_prompts: torch.Tensor, hint_prompt_len
         "attention_mask": hint_attention,
         "position_ids": hint_positions,
     }
+
+
+def hint_solution(extra_info: Mapping | None, solution_key: str) -> str:
+    """The solution a hint prompt shows: ``extra_info[solution_key]`` as text, ``''`` when missing, NaN or blank."""
+    return _as_text((extra_info or {}).get(solution_key))
+
+
+def hint_question(extra_info: Mapping | None, messages: Any, question_key: str) -> str:
+    """The question a hint prompt shows: ``extra_info[question_key]``, else the last user message (``''`` if none)."""
+    return _as_text((extra_info or {}).get(question_key)) or _last_user_text(messages)
+
+
+def shortest_hint_prompt_lengths(
+    tokenizer, config: HintConfig, questions: Sequence[str], chat_template_kwargs: Mapping[str, Any] | None = None
+) -> list[int]:
+    """Token count of each question's hint prompt with an empty solution: the least width truncation can reach."""
+    render = _HintRenderer(tokenizer, config, chat_template_kwargs)
+    return [len(ids) for ids in render(list(questions), [""] * len(questions))]

@@ -46,10 +46,11 @@ from treetune_recipe.cpo.cpo_hint import HintConfig, build_hint_batch
 from treetune_recipe.cpo.cpo_loss import cpo_ppo_loss
 from treetune_recipe.cpo.preflight import check_cpo_config, cpo_is_enabled
 from treetune_verl.patches import request_entropy_in_actor_updates
+from treetune_verl.run_folder import CompleteCheckpointsMixin
 
 
-class RayCPOTrainer(RayPPOTrainer):
-    """GRPO trainer with CPO advantage shaping (see the module docstring)."""
+class RayCPOTrainer(CompleteCheckpointsMixin, RayPPOTrainer):
+    """GRPO trainer with CPO advantage shaping (see the module docstring); its checkpoints are marked complete."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -15,19 +15,21 @@
 
 verl 0.7.1's ``TaskRunner.run`` builds the trainer from its module global ``RayPPOTrainer``. This subclass swaps that
 global for ``RayCPOTrainer`` inside its own Ray actor process (the one documented patch,
-``treetune_verl.patches.use_trainer_class``) and otherwise reuses ``run`` unchanged: no copy of upstream code.
+``treetune_verl.patches.use_trainer_class``), makes verl's file logger append (``append_file_logger``: the
+driver already dropped the steps a resume recomputes) and otherwise reuses ``run`` unchanged: no copy of upstream code.
 It lives in an importable module (not ``__main__``) because Ray pickles the class by reference.
 """
 
 from verl.trainer.main_ppo import TaskRunner
 
 from treetune_recipe.cpo.cpo_ray_trainer import RayCPOTrainer
-from treetune_verl.patches import use_trainer_class
+from treetune_verl.patches import append_file_logger, use_trainer_class
 
 
 class CPOTaskRunner(TaskRunner):
-    """``TaskRunner`` whose ``run`` trains with ``RayCPOTrainer``."""
+    """``TaskRunner`` whose ``run`` trains with ``RayCPOTrainer`` and appends to the metrics file."""
 
     def run(self, config):
         use_trainer_class(RayCPOTrainer)
+        append_file_logger()
         return super().run(config)

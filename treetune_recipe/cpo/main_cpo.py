@@ -28,6 +28,7 @@ from verl.utils.device import auto_set_device
 
 from treetune_recipe.cpo.preflight import check_cpo_run
 from treetune_verl.preflight import check_run_config
+from treetune_verl.run_folder import RearmSigterm, exit_on_sigterm, prepare_run_folder, shutdown_ray
 
 
 @hydra.main(config_path="config", config_name="cpo_trainer", version_base=None)
@@ -39,13 +40,15 @@ def main(config) -> None:
 
     from treetune_recipe.cpo.cpo_task_runner import CPOTaskRunner
 
-    try:
-        # SYNC WARNING: verl/trainer/main_ppo.py:run_ppo accepts task_runner_class (the recipe seam of 0.7.1)
-        run_ppo(config, task_runner_class=ray.remote(num_cpus=1)(CPOTaskRunner))
-    finally:
-        # Each job of a Hydra multirun starts its own Ray cluster with its own runtime env.
-        if ray.is_initialized():
-            ray.shutdown()
+    # One run per output folder (locks held until the run ends), resume point and metrics history settled here.
+    exit_on_sigterm()
+    with prepare_run_folder(config):
+        try:
+            # SYNC WARNING: verl/trainer/main_ppo.py:run_ppo accepts task_runner_class (the recipe seam of 0.7.1)
+            run_ppo(config, task_runner_class=RearmSigterm(ray.remote(num_cpus=1)(CPOTaskRunner)))
+        finally:
+            # Each job of a Hydra multirun starts its own Ray cluster; SIGINT and SIGTERM end up here too.
+            shutdown_ray()
 
 
 if __name__ == "__main__":

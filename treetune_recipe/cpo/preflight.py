@@ -15,10 +15,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+from collections.abc import Mapping
+
 from treetune_recipe.cpo.config import CPOConfig
-from treetune_recipe.cpo.cpo_hint import HintConfig
+from treetune_recipe.cpo.cpo_hint import HintConfig, hint_question, hint_solution, shortest_hint_prompt_lengths
 
 CPO_ESTIMATOR = "cpo"
+DEFAULT_QUESTION_KEY = next(f.default for f in dataclasses.fields(HintConfig) if f.name == "question_key")
 
 
 def cpo_is_enabled(config) -> bool:
@@ -46,18 +51,98 @@ def check_cpo_config(config) -> None:
     HintConfig.from_config(CPOConfig.from_config(config.cpo).hint)  # validates every cpo.* and cpo.hint.* key
 
 
-def check_cpo_run(config) -> None:
-    """``check_cpo_config`` plus the data files' schema (verl's RL parquet layout, every bad row listed).
+def check_cpo_run(config, tokenizer=None) -> None:
+    """``check_cpo_config`` plus every check of the data files, before Ray starts.
 
-    With CPO on, every training row must also carry the gold solution the hint prompt is built from (unless
-    ``cpo.hint.on_missing=skip``, or the solution is read from another ``extra_info`` key, checked at build time).
+    - verl's RL parquet layout on the train and validation files (every bad row listed; validation files need no
+      ``ability``, no row needs ``extra_info.question``);
+    - prompts longer than ``data.max_prompt_length`` while verl would neither filter nor truncate them;
+    - with CPO on: the solution key of the hint prompt in the training rows (every row with ``on_missing=error``; the
+      share of rows without one is printed; none at all stops unless ``cpo.hint.allow_all_missing=true``), and the
+      hint prompt of the longest question fitting ``cpo.hint.max_prompt_length`` with an empty solution.
+
+    Args:
+        config: the composed run config.
+        tokenizer: the actor's tokenizer; loaded from ``actor_rollout_ref.model.path`` when a check needs it.
+
+    Raises:
+        ValueError: listing every problem found, each naming the key, the value and the fix.
     """
-    from treetune_scripts.data.validate_rl_parquet import check_rl_files
+    from treetune_verl.data.rl_schema import check_rl_files, overlong_prompt_problems
 
     check_cpo_config(config)
-    require_solution = False
+    train = check_rl_files(config.data.train_files, require_solution=False, what="data.train_files")
+    val = check_rl_files(config.data.val_files, require_solution=False, what="data.val_files", require_ability=False)
+    data = config.data
+    chat_kwargs = data.get("apply_chat_template_kwargs", None)
+    check_lengths = not data.get("filter_overlong_prompts", False) and data.get("truncation", "error") == "error"
+    if not (train or val) or not (check_lengths or cpo_is_enabled(config)):
+        return
+    tokenizer = tokenizer if tokenizer is not None else _load_tokenizer(config)
+    problems = []
+    if tokenizer is not None and check_lengths:
+        for what, frames in (("data.train_files", train), ("data.val_files", val)):
+            problems += overlong_prompt_problems(frames, tokenizer, int(data.max_prompt_length), what, chat_kwargs)
     if cpo_is_enabled(config):
-        hint = HintConfig.from_config(config.cpo.get("hint"))
-        require_solution = hint.on_missing == "error" and hint.solution_key == "solution"
-    check_rl_files(config.data.train_files, require_solution=require_solution, what="data.train_files")
-    check_rl_files(config.data.val_files, require_solution=False, what="data.val_files")
+        hint = HintConfig.from_config(config.cpo.get("hint")).resolve(data.max_prompt_length)
+        problems += _hint_data_problems(train, hint, tokenizer, chat_kwargs)
+    if problems:
+        raise ValueError(
+            f"CPO start-up check found {len(problems)} problem(s) in the data:\n"
+            + "\n".join(f"  - {problem}" for problem in problems)
+        )
+
+
+def _load_tokenizer(config):
+    """The actor's tokenizer, or None when the model is not a local folder (verl downloads it later)."""
+    path = os.path.expanduser(str(config.actor_rollout_ref.model.path))
+    if not os.path.isdir(path):
+        return None
+    from verl.utils import hf_tokenizer
+
+    trust_remote_code = config.actor_rollout_ref.model.get("trust_remote_code", False)
+    return hf_tokenizer(path, trust_remote_code=trust_remote_code)
+
+
+def _hint_data_problems(frames, hint: HintConfig, tokenizer, chat_kwargs) -> list[str]:
+    """Problems of the training rows for the hint prompt; prints the share of rows without a solution."""
+    problems = []
+    solution_column = f"extra_info.{hint.solution_key}"
+    for path, frame in frames:
+        infos = [info if isinstance(info, Mapping) else {} for info in frame["extra_info"]]
+        missing = [row for row, info in enumerate(infos) if not hint_solution(info, hint.solution_key)]
+        print(
+            f"[cpo] data.train_files: {path}: {len(missing)} of {len(infos)} rows ({len(missing) / len(infos):.0%}) "
+            f"have no {solution_column} (cpo.hint.on_missing={hint.on_missing})."
+        )
+        if missing and hint.on_missing == "error":
+            listed = ", ".join(f"row {row}" for row in missing[:10]) + (" ..." if len(missing) > 10 else "")
+            problems.append(
+                f"data.train_files: {path}: {solution_column} is missing or empty in {len(missing)} row(s): {listed}. "
+                f"The hint prompt needs it: add the gold solutions, point cpo.hint.solution_key="
+                f"{hint.solution_key} to the extra_info key that holds them, or set cpo.hint.on_missing=skip."
+            )
+        elif len(missing) == len(infos) and not hint.allow_all_missing:
+            problems.append(
+                f"data.train_files: {path}: no row has {solution_column}, so with cpo.hint.on_missing=skip every "
+                "group is skipped and the run is plain GRPO. Fix cpo.hint.solution_key, run "
+                "algorithm.adv_estimator=grpo, or confirm with cpo.hint.allow_all_missing=true."
+            )
+        if hint.question_key != DEFAULT_QUESTION_KEY and not any(hint.question_key in info for info in infos):
+            print(
+                f"[cpo] warning: no row of {path} has extra_info.{hint.question_key} (cpo.hint.question_key); the "
+                "hint prompt uses the last user message of each prompt instead."
+            )
+        if tokenizer is None:
+            continue
+        questions = [hint_question(info, prompt, hint.question_key) for info, prompt in zip(infos, frame["prompt"])]
+        lengths = shortest_hint_prompt_lengths(tokenizer, hint, questions, chat_kwargs)
+        longest = max(range(len(lengths)), key=lengths.__getitem__)
+        if lengths[longest] > hint.max_prompt_length:
+            problems.append(
+                f"cpo.hint.max_prompt_length={hint.max_prompt_length}: the hint prompt of {path} row {longest} needs "
+                f"{lengths[longest]} tokens even with an empty solution. Set cpo.hint.max_prompt_length="
+                f"{lengths[longest] + 256} or more (or null: data.max_prompt_length + max_prompt_length_margin), or "
+                "shorten cpo.hint.system / cpo.hint.user_template."
+            )
+    return problems

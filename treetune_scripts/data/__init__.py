@@ -11,3 +11,4 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
+"""Command lines that prepare and validate RL parquet files (the schema itself is treetune_verl.data.rl_schema)."""

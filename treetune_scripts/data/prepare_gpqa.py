@@ -34,14 +34,8 @@ import argparse
 import random
 import string
 
-from treetune_scripts.data.rl_schema import (
-    add_common_arguments,
-    build_row,
-    first_field,
-    load_records,
-    resolve_data_source,
-    write_rl_parquet,
-)
+from treetune_scripts.data.records import add_common_arguments, first_field, load_records, resolve_data_source
+from treetune_verl.data.rl_schema import build_row, write_rl_parquet
 
 DATA_SOURCE = "gpqa"
 HF_DATASET, HF_CONFIG, HF_SPLIT = "Idavidrein/gpqa", "gpqa_diamond", "train"

@@ -28,15 +28,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from treetune_scripts.data.rl_schema import (
-    add_common_arguments,
-    build_row,
-    final_answer_from_solution,
-    first_field,
-    load_records,
-    resolve_data_source,
-    write_rl_parquet,
-)
+from treetune_scripts.data.records import add_common_arguments, first_field, load_records, resolve_data_source
+from treetune_verl.data.rl_schema import build_row, final_answer_from_solution, write_rl_parquet
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ import json
 import pytest
 
 from treetune_scripts import run_demo
-from treetune_verl.patches import accelerator_available
+from treetune_verl.cpu_backend.tiny_run import TrainingRun
+from treetune_verl.preflight import accelerator_available
 
 
 def test_step_line_is_condensed_to_the_key_metrics():
@@ -62,3 +63,23 @@ def test_bad_override_stops_at_the_preflight_before_any_training(tmp_path, capsy
     code = run_demo.main(["--output-dir", str(tmp_path), "actor_rollout_ref.actor.fsdp_config.strategy=fsdp"])
     assert code == 2
     assert "set actor_rollout_ref.actor.fsdp_config.strategy=fsdp2" in capsys.readouterr().err
+
+
+def test_row3_a_resumed_demo_keeps_the_earlier_metrics_and_plots_the_whole_history(tmp_path, capsys, monkeypatch):
+    metrics_path = tmp_path / "metrics.jsonl"
+    earlier = [{"step": step, "data": {"timing_s/step": 1.0, "critic/score/mean": -1.0}} for step in (1, 2)]
+    metrics_path.write_text("".join(json.dumps(record) + "\n" for record in earlier))
+    (tmp_path / "train.log").write_text("step:2 - earlier run\n")
+    seen = {}
+
+    def resumed_training(overrides, log_path, **kwargs):  # stands in for a run that resumed at step 3
+        seen["append_log"] = kwargs.get("append_log")
+        with open(metrics_path, "a") as handle:
+            handle.write(json.dumps({"step": 3, "data": {"timing_s/step": 1.0, "critic/score/mean": 0.0}}) + "\n")
+        return TrainingRun(returncode=0, wall_s=1.0, peak_rss_bytes=0, timed_out=False, log_path=log_path)
+
+    monkeypatch.setattr(run_demo, "launch_training", resumed_training)
+    assert run_demo.main(["--output-dir", str(tmp_path), "--steps", "3"]) == 0
+    assert [step for step, _ in run_demo.step_times(metrics_path)] == [1, 2, 3]
+    assert seen["append_log"] is True  # the earlier run's log lines stay in train.log
+    assert (tmp_path / "learning_curve.png").stat().st_size > 0

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from treetune_verl import patches, verl_runtime  # noqa: F401  (verl_runtime: the fixes every device needs)
+from treetune_verl import patches, preflight, verl_runtime  # noqa: F401  (verl_runtime: the fixes every device needs)
 
 #: Module path to list in ``VERL_USE_EXTERNAL_MODULES``.
 BACKEND_MODULE = __name__
@@ -80,7 +80,7 @@ def register_hf_rollout() -> None:
 def setup() -> None:
     """Everything the CPU backend does on import (idempotent)."""
     register_hf_rollout()
-    if not patches.accelerator_available():
+    if not preflight.accelerator_available():
         patches.apply_cpu_device_patches()
         patches.run_after_import("verl.workers.engine.fsdp.transformer_impl", _register_cpu_engines)
     patches.install_main_ppo_preflight()

@@ -138,6 +138,7 @@ def launch_training(
     echo: Callable[[str], None] | None = None,
     cwd: str | Path | None = None,
     sample_s: float = 0.5,
+    append_log: bool = False,
 ) -> TrainingRun:
     """Run ``python -m <entry_module> --config-path <config_dir> --config-name <config_name> <overrides>``.
 
@@ -155,6 +156,8 @@ def launch_training(
         echo: called with each output line (without newline), e.g. ``print``.
         cwd: working directory (Hydra writes its ``outputs/`` folder there unless ``hydra.run.dir`` is set).
         sample_s: memory sampling period.
+        append_log: add to ``log_path`` after a header line (a resumed run keeps the earlier runs' lines) instead
+            of starting it anew.
     """
     import psutil
 
@@ -166,7 +169,10 @@ def launch_training(
     start = time.monotonic()
     peak = 0
     timed_out = False
-    with open(log_path, "w") as log:
+    with open(log_path, "a" if append_log else "w") as log:
+        if append_log:
+            log.write(f"\n===== {time.strftime('%Y-%m-%d %H:%M:%S')} python -m {entry_module} {' '.join(overrides)}\n")
+            log.flush()
         process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=process_env, cwd=cwd
         )

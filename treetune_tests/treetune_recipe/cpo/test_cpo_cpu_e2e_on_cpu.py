@@ -109,28 +109,6 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(assets_dir, tmp_pat
 
 
 @pytest.mark.e2e
-@pytest.mark.timeout(2 * RUN_TIMEOUT_S + 120)
-def test_cpo_resumes_from_a_step_1_checkpoint(assets_dir, tmp_path):
-    checkpoints = tmp_path / "first" / "checkpoints"
-    _, first = run_cpo(assets_dir, tmp_path / "first", steps=1, extra=["trainer.save_freq=1"])
-    assert sorted(first) == [1]
-    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
-    assert (checkpoints / "global_step_1" / "data.pt").exists()  # dataloader state, so no sample is replayed
-
-    run, second = run_cpo(
-        assets_dir,
-        tmp_path / "second",
-        steps=2,
-        extra=["trainer.save_freq=1", "trainer.resume_mode=auto", f"trainer.default_local_dir={checkpoints}"],
-    )
-    assert sorted(second) == [2]  # continued at step 2: step 1 was not recomputed
-    assert all(key in second[2] for key in (*DRIVER_METRICS, *LOSS_METRICS))
-    assert "global_step_1" in run.log_path.read_text()  # loaded from that checkpoint
-    assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
-    assert (checkpoints / "global_step_2" / "actor").is_dir()
-
-
-@pytest.mark.e2e
 @pytest.mark.timeout(RUN_TIMEOUT_S + 120)
 def test_grpo_estimator_with_the_cpo_config_is_plain_grpo(assets_dir, tmp_path):
     run, metrics = run_cpo(assets_dir, tmp_path, steps=1, extra=["algorithm.adv_estimator=grpo"])

@@ -73,5 +73,11 @@ def test_run_check_requires_solutions_only_when_the_hint_needs_them(tmp_path):
     check_cpo_run(cpo_config(*paths))
     with pytest.raises(ValueError, match="extra_info.solution"):
         check_cpo_run(cpo_config(*paths, f"data.train_files={no_solution}"))
-    check_cpo_run(cpo_config(*paths, f"data.train_files={no_solution}", "cpo.hint.on_missing=skip"))
+    with pytest.raises(ValueError, match="cpo.hint.allow_all_missing=true"):  # no solution at all: plain GRPO
+        check_cpo_run(cpo_config(*paths, f"data.train_files={no_solution}", "cpo.hint.on_missing=skip"))
+    check_cpo_run(
+        cpo_config(
+            *paths, f"data.train_files={no_solution}", "cpo.hint.on_missing=skip", "cpo.hint.allow_all_missing=true"
+        )
+    )
     check_cpo_run(cpo_config(*paths, f"data.train_files={no_solution}", "algorithm.adv_estimator=grpo"))

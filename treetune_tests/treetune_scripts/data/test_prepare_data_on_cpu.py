@@ -21,8 +21,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from treetune_scripts.data import prepare_competition, prepare_gpqa, prepare_math, validate_rl_parquet
-from treetune_scripts.data.rl_schema import DEFAULT_INSTRUCTION
-from treetune_scripts.data.validate_rl_parquet import validate_rl_dataframe
+from treetune_verl.data.rl_schema import DEFAULT_INSTRUCTION, validate_rl_dataframe
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 SYSTEM = "You are a helpful assistant."
@@ -217,7 +216,7 @@ def test_verl_rlhf_dataset_loads_train_and_concatenated_validation_files(prepare
 
 
 def test_check_rl_files_raises_with_the_config_key_file_and_rows(prepared, tmp_path):
-    from treetune_scripts.data.validate_rl_parquet import check_rl_files
+    from treetune_verl.data.rl_schema import check_rl_files
 
     check_rl_files(OmegaConf.create([str(prepared["train_math"])]), require_solution=True, what="data.train_files")
     check_rl_files(str(prepared["test_aime2025"]), require_solution=False, what="data.val_files")

@@ -23,10 +23,10 @@ import pytest
 import torch
 
 import treetune_verl.cpu_backend  # noqa: F401  (applies the patches in this process, as in every Ray process)
-from treetune_verl import patches
+from treetune_verl import patches, preflight
 from treetune_verl.version import REQUIRED_VERL_VERSION
 
-pytestmark = pytest.mark.skipif(patches.accelerator_available(), reason="CPU-device patches apply only without one")
+pytestmark = pytest.mark.skipif(preflight.accelerator_available(), reason="CPU-device patches apply only without one")
 
 
 @pytest.mark.parametrize(

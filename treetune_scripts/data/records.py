@@ -11,20 +11,10 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""verl's RL parquet schema as this project writes it, and the helpers every preparation script shares.
+"""Input records and command-line flags shared by the data preparation scripts.
 
-One row::
-
-    data_source: str                      # the reward route key (see treetune_verl/utils/reward_score/math_answer.py)
-    prompt: [{role, content}, ...]        # optional system message, then the user message: question + instruction
-    ability: str                          # "math"
-    reward_model: {style: "rule", ground_truth: str}   # the final answer only
-    extra_info: {index: int, split: str, question: str, solution: str | None, subject: str | None,
-                 level: str | None}
-
-``extra_info.solution`` is the full worked solution that CPO puts into the hint prompt; training files need it,
-validation files may leave it empty. Every file is written with the same Arrow schema, so verl can concatenate
-validation files from different preparation scripts (``datasets.concatenate_datasets`` needs identical features).
+The rows they write follow the library's schema, :mod:`treetune_verl.data.rl_schema` (one place for the schema and
+its validator).
 """
 
 from __future__ import annotations
@@ -35,99 +25,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
-from treetune_verl.utils.reward_score.answer_extraction import last_boxed_content
-
-DEFAULT_INSTRUCTION = "\nPlease reason step by step, and put your final answer within \\boxed{}."
-ABILITY = "math"
-REWARD_STYLE = "rule"
-
-MESSAGE_TYPE = pa.struct([("role", pa.string()), ("content", pa.string())])
-RL_PARQUET_SCHEMA = pa.schema(
-    [
-        ("data_source", pa.string()),
-        ("prompt", pa.list_(MESSAGE_TYPE)),
-        ("ability", pa.string()),
-        ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
-        (
-            "extra_info",
-            pa.struct(
-                [
-                    ("index", pa.int64()),
-                    ("split", pa.string()),
-                    ("question", pa.string()),
-                    ("solution", pa.string()),
-                    ("subject", pa.string()),
-                    ("level", pa.string()),
-                ]
-            ),
-        ),
-    ]
-)
-
-
-def build_prompt(question: str, instruction: str = DEFAULT_INSTRUCTION, system_prompt: str | None = None) -> list:
-    """Chat messages for one problem: an optional system message, then ``question + instruction`` as the user."""
-    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    messages.append({"role": "user", "content": question + instruction})
-    return messages
-
-
-def final_answer_from_solution(solution: str | None) -> str | None:
-    """The content of the last ``\\boxed{}`` of a worked solution (``None`` when it has none or it is empty)."""
-    if not solution:
-        return None
-    boxed = last_boxed_content(solution)
-    return boxed or None
-
-
-def _optional_text(value: Any) -> str | None:
-    if value is None:
-        return None
-    text = str(value).strip()
-    return text or None
-
-
-def build_row(
-    *,
-    data_source: str,
-    question: str,
-    ground_truth: str,
-    solution: str | None,
-    split: str,
-    index: int,
-    instruction: str = DEFAULT_INSTRUCTION,
-    system_prompt: str | None = None,
-    subject: Any = None,
-    level: Any = None,
-) -> dict:
-    """One row in the schema of this module."""
-    return {
-        "data_source": data_source,
-        "prompt": build_prompt(question, instruction, system_prompt),
-        "ability": ABILITY,
-        "reward_model": {"style": REWARD_STYLE, "ground_truth": str(ground_truth).strip()},
-        "extra_info": {
-            "index": int(index),
-            "split": split,
-            "question": question,
-            "solution": _optional_text(solution),
-            "subject": _optional_text(subject),
-            "level": _optional_text(level),
-        },
-    }
-
-
-def write_rl_parquet(rows: Sequence[dict], path: str | Path) -> Path:
-    """Writes rows with :data:`RL_PARQUET_SCHEMA` (creating parent folders) and returns the path."""
-    if not rows:
-        raise ValueError(f"no rows to write to {path}: the input had no usable problems.")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(list(rows), schema=RL_PARQUET_SCHEMA), path)
-    return path
+from treetune_verl.data.rl_schema import DEFAULT_INSTRUCTION
 
 
 def read_local_records(paths: Iterable[str | Path]) -> list[dict]:

@@ -1,0 +1,239 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""``treetune_verl.run_folder``: run locks across processes, complete checkpoints, resume fallback, metrics
+history, SIGTERM as a clean exit (no Ray; subprocesses stand in for runs and are killed for real)."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from treetune_verl import run_folder
+from treetune_verl.run_folder import (
+    COMPLETE_MARKER,
+    LOCK_FILE,
+    TRACKER_FILE,
+    ResumeError,
+    RunFolderInUseError,
+    RunLock,
+    keep_metrics_up_to,
+    prepare_run_folder,
+    resolve_resume_step,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def start_python(code: str, *args: str) -> subprocess.Popen:
+    """A Python child that prints 'ready' once set up (the test waits for that line)."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *args], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    assert process.stdout.readline().strip() == "ready"
+    return process
+
+
+HOLD_LOCK = """
+    import sys, time
+    from treetune_verl.run_folder import RunLock
+    lock = RunLock(sys.argv[1], "test folder").acquire()
+    print("ready", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_row1_second_run_stops_naming_the_holder_and_a_killed_holder_is_taken_over(tmp_path):
+    lock_path = tmp_path / "ckpt" / LOCK_FILE
+    holder = start_python(HOLD_LOCK, str(lock_path))
+    try:
+        with pytest.raises(RunFolderInUseError) as error:
+            RunLock(lock_path, "trainer.default_local_dir=X").acquire()
+        message = str(error.value)
+        assert f"pid {holder.pid} on host {socket.gethostname()}, started 20" in message
+        assert "trainer.default_local_dir" in message and "Wait for it to finish" in message
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    with pytest.warns(UserWarning, match=f"taking over the lock of a run that is gone \\(pid {holder.pid}"):
+        lock = RunLock(lock_path, "trainer.default_local_dir=X").acquire()
+    assert json.loads(lock_path.read_text())["pid"] == os.getpid()
+    lock.release()
+    assert lock_path.read_text() == ""  # a clean end leaves nothing to take over
+    with RunLock(lock_path, "again"):
+        pass
+
+
+def make_checkpoint(folder: Path, step: int, complete: bool = True) -> Path:
+    step_folder = folder / f"global_step_{step}"
+    (step_folder / "actor").mkdir(parents=True)
+    if complete:
+        run_folder.mark_checkpoint_complete(step_folder, step)
+    return step_folder
+
+
+def test_row2_pointer_to_a_missing_checkpoint_falls_back_to_the_newest_complete_one(tmp_path):
+    for step in (1, 2, 3):
+        make_checkpoint(tmp_path, step)
+    (tmp_path / TRACKER_FILE).write_text("4")
+    with pytest.warns(UserWarning, match="points to step 4.*global_step_3"):
+        assert resolve_resume_step(tmp_path) == 3
+    assert (tmp_path / TRACKER_FILE).read_text() == "3"  # verl now loads global_step_3, not scratch
+    assert resolve_resume_step(tmp_path) == 3  # and the pointer is sound again: no warning needed
+
+
+def test_row2_pointer_to_an_incomplete_checkpoint_falls_back(tmp_path):
+    make_checkpoint(tmp_path, 1)
+    make_checkpoint(tmp_path, 2, complete=False)
+    (tmp_path / TRACKER_FILE).write_text("2")
+    with pytest.warns(UserWarning, match="global_step_1"):
+        assert resolve_resume_step(tmp_path) == 1
+
+
+def test_row2_checkpoints_without_any_complete_one_stop_instead_of_training_from_scratch(tmp_path):
+    make_checkpoint(tmp_path, 1, complete=False)
+    (tmp_path / TRACKER_FILE).write_text("1")
+    with pytest.raises(ResumeError) as error:
+        resolve_resume_step(tmp_path)
+    assert "global_step_1" in str(error.value) and "trainer.resume_mode=disable" in str(error.value)
+    assert resolve_resume_step(tmp_path / "fresh") == 0
+
+
+SAVE_AND_DIE = """
+    import os, sys, time
+    from pathlib import Path
+    from omegaconf import OmegaConf
+    from treetune_verl.run_folder import CompleteCheckpointsMixin
+
+    folder, step, pause_at = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+
+    class UpstreamLikeTrainer:  # the order of RayPPOTrainer._save_checkpoint: actor state, data.pt, pointer
+        def _save_checkpoint(self):
+            step_folder = folder / f"global_step_{self.global_steps}"
+            (step_folder / "actor").mkdir(parents=True)
+            (step_folder / "actor" / "model.pt").write_bytes(b"half")
+            if pause_at == "actor":
+                print("ready", flush=True); time.sleep(600)
+            (step_folder / "data.pt").write_bytes(b"data")
+            (folder / "latest_checkpointed_iteration.txt").write_text(str(self.global_steps))
+            if pause_at == "pointer":
+                print("ready", flush=True); time.sleep(600)
+
+    class Trainer(CompleteCheckpointsMixin, UpstreamLikeTrainer):
+        config = OmegaConf.create({"trainer": {"default_local_dir": str(folder)}})
+        global_steps = step
+
+    Trainer()._save_checkpoint()
+    print("ready", flush=True)
+"""
+
+
+@pytest.mark.parametrize("pause_at", ["actor", "pointer"])
+def test_row2_a_save_killed_half_way_is_never_resumed_from(tmp_path, pause_at):
+    saver = start_python(SAVE_AND_DIE, str(tmp_path), "1", "none")  # a complete save of step 1
+    saver.wait()
+    assert (tmp_path / "global_step_1" / COMPLETE_MARKER).is_file()
+    saver = start_python(SAVE_AND_DIE, str(tmp_path), "2", pause_at)
+    saver.send_signal(signal.SIGKILL)
+    saver.wait()
+    assert not (tmp_path / "global_step_2" / COMPLETE_MARKER).exists()
+    if pause_at == "pointer":  # verl's pointer already names the unfinished step 2
+        with pytest.warns(UserWarning, match="global_step_1"):
+            assert resolve_resume_step(tmp_path) == 1
+    else:
+        assert resolve_resume_step(tmp_path) == 1
+    assert (tmp_path / TRACKER_FILE).read_text() == "1"
+
+
+def test_row3_metrics_after_the_resume_step_and_cut_lines_are_dropped(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"step": step, "data": {"x": step}}) for step in (1, 2, 3, 4)]
+    path.write_text("\n".join(lines) + '\n{"step": 5, "da')
+    assert keep_metrics_up_to(path, 2) == 3
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2]
+
+
+def test_row3_file_logger_appends(tmp_path, monkeypatch):
+    from treetune_verl.patches import append_file_logger
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(json.dumps({"step": 1, "data": {"x": 1.0}}) + "\n")
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
+    append_file_logger()
+    from verl.utils.tracking import Tracking
+
+    tracker = Tracking(project_name="p", experiment_name="e", default_backend=["file"])
+    tracker.log(data={"x": 2.0}, step=2)
+    tracker.logger["file"].finish()
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2]
+
+
+def run_config(tmp_path: Path, resume_mode: str = "auto"):
+    return OmegaConf.create(
+        {
+            "trainer": {
+                "default_local_dir": str(tmp_path / "ckpt"),
+                "resume_mode": resume_mode,
+                "resume_from_path": None,
+                "logger": ["console", "file"],
+                "project_name": "p",
+                "experiment_name": "e",
+            },
+            "ray_kwargs": {
+                "ray_init": {"runtime_env": {"env_vars": {"VERL_FILE_LOGGER_PATH": str(tmp_path / "m.jsonl")}}}
+            },
+        }
+    )
+
+
+def test_prepare_run_folder_locks_both_paths_and_trims_to_the_resume_step(tmp_path):
+    make_checkpoint(tmp_path / "ckpt", 2)
+    (tmp_path / "ckpt" / TRACKER_FILE).write_text("2")
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps({"step": s, "data": {}}) + "\n" for s in (1, 2, 3)))
+    with prepare_run_folder(run_config(tmp_path)) as folder:
+        assert folder.resume_step == 2 and folder.metrics_path == tmp_path / "m.jsonl"
+        assert [json.loads(line)["step"] for line in (tmp_path / "m.jsonl").read_text().splitlines()] == [1, 2]
+        with pytest.raises(RunFolderInUseError, match="trainer.default_local_dir"):
+            prepare_run_folder(run_config(tmp_path))
+        other = run_config(tmp_path)
+        other.trainer.default_local_dir = str(tmp_path / "other")
+        with pytest.raises(RunFolderInUseError, match="metrics file"):  # same metrics file, other folder
+            prepare_run_folder(other)
+    with prepare_run_folder(run_config(tmp_path, resume_mode="disable")) as folder:
+        assert folder.resume_step == 0 and (tmp_path / "m.jsonl").read_text() == ""  # a fresh run starts a fresh file
+
+
+SIGTERM_CHILD = """
+    import time
+    from treetune_verl.run_folder import exit_on_sigterm
+    exit_on_sigterm()
+    try:
+        print("ready", flush=True)
+        time.sleep(600)
+    finally:
+        print("cleaned up", flush=True)
+"""
+
+
+def test_row12_sigterm_runs_the_clean_up(tmp_path):
+    child = start_python(SIGTERM_CHILD)
+    child.send_signal(signal.SIGTERM)
+    assert child.stdout.read().strip() == "cleaned up"
+    assert child.wait(timeout=30) == 128 + signal.SIGTERM
