@@ -152,7 +152,8 @@ class RayCPOTrainer(RayPPOTrainer):
         The pass keeps the actor's batching knobs (dynamic batch size and token budget, or fixed micro-batches),
         exactly as for ``old_log_probs``. The batch is padded with repeats of its first rows to a multiple of the
         data-parallel size (times the log-prob micro-batch size without dynamic batch size) and, with
-        ``trainer.balance_batch``, its rows are spread over the DP ranks by token count, as ``fit`` does.
+        ``trainer.balance_batch``, its rows are spread over the DP ranks by token count, as ``fit`` does. With the
+        actor's parameters resident (FSDP without ``param_offload``), the request skips the engine's offload switch.
         """
         # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._get_dp_size (dispatch info of mesh "actor")
         dp_size = self._get_dp_size(self.actor_rollout_wg, "actor")
@@ -167,6 +168,12 @@ class RayCPOTrainer(RayPPOTrainer):
             # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._balance_batch reorders in place
             self._balance_batch(padded, metrics={})
         row = padded.batch.pop("cpo_hint_row")
+        actor = actor_rollout_ref.actor
+        if actor.strategy in ("fsdp", "fsdp2") and not actor.fsdp_config.get("param_offload", False):
+            # SYNC WARNING: verl/workers/engine/base.py:BaseEngineCtx._context_switch
+            # With resident parameters the engine's eval-mode switch only runs gc.collect() (twice on CPU, ~0.7 s
+            # of a ~1 s tiny pass); the old-log-prob pass of this step has just paid for it.
+            padded.meta_info["disable_auto_offload"] = True
         # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._compute_old_log_prob returns (DataProto, mfu)
         output, _ = self._compute_old_log_prob(padded)
         log_probs = torch.empty_like(output.batch["old_log_probs"])

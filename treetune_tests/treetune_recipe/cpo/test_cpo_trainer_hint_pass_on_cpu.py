@@ -229,6 +229,7 @@ def test_needed_and_all_give_identical_loss_inputs_and_shaped_advantages(monkeyp
 
 def test_hinted_pass_sends_the_same_batching_flags_as_the_old_log_prob_pass(monkeypatch):
     trainer = make_trainer(monkeypatch, dp_size=2, dynamic=True)
+    assert trainer.config.actor_rollout_ref.actor.fsdp_config.param_offload is False
     batch = HINT_TESTS.make_batch(trainer.tokenizer, HINT_TESTS.PROBLEMS, n=4, seed=3)
     trainer._compute_old_log_prob(batch)
     plain = trainer.actor_rollout_wg.log_prob_requests[-1]
@@ -240,8 +241,10 @@ def test_hinted_pass_sends_the_same_batching_flags_as_the_old_log_prob_pass(monk
 
     ignore = {"max_seq_len", "indices", "global_token_num"}  # widths and token counts of each batch
     assert {"calculate_entropy", "compute_loss", "temperature"} <= set(flags(hinted))
+    # The one difference: parameters are resident, so the hinted pass skips the engine's offload switch.
     assert {k: v for k, v in flags(hinted).items() if k not in ignore} == {
-        k: v for k, v in flags(plain).items() if k not in ignore
+        **{k: v for k, v in flags(plain).items() if k not in ignore},
+        "disable_auto_offload": True,
     }
     # No batching knob is set by the caller: the worker applies the actor's own (dynamic batch size, token budget).
     assert not {"use_dynamic_bsz", "max_token_len_per_gpu", "micro_batch_size_per_gpu"} & set(hinted.keys())
@@ -256,3 +259,10 @@ def test_a_step_where_no_row_reads_the_hint_skips_the_hinted_pass(monkeypatch):
     assert "timing_s/cpo_gw_log_prob" not in metrics and "timing_s/cpo_hint_batch" not in metrics
     assert "cpo/gw_minus_old_mean" not in metrics  # no row was scored under a hint
     torch.testing.assert_close(inputs["gw_log_probs"], batch.batch["old_log_probs"], rtol=0, atol=0)
+
+
+def test_with_offloaded_parameters_the_hinted_pass_keeps_the_offload_switch(monkeypatch):
+    trainer = make_trainer(monkeypatch, "actor_rollout_ref.actor.fsdp_config.param_offload=true")
+    batch = HINT_TESTS.make_batch(trainer.tokenizer, HINT_TESTS.PROBLEMS, n=4, seed=3)
+    trainer._score_hint_batch(build_hint_batch(batch, trainer.tokenizer, trainer.hint_config)[0])
+    assert "disable_auto_offload" not in trainer.actor_rollout_wg.log_prob_requests[-1].keys()
