@@ -160,6 +160,8 @@ def run_once(name: str, steps: int, work_dir: Path, overrides: list[str]) -> dic
         config_dir=CONFIG_DIR,
         config_name="cpo_trainer",
         timeout_s=1200,
+        # A fresh local Ray instance per run: without it ray.init joins any cluster started on the machine.
+        env={"RAY_ADDRESS": "local"},
         cwd=run_dir,
     )
     if run.returncode != 0:
