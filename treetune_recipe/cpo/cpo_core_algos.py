@@ -212,7 +212,7 @@ class CPOTerms:
 
 CPOWrapper = Callable[..., torch.Tensor]
 CPO_WRAPPERS: dict[str, CPOWrapper] = {}
-# Which rows of a batch a wrapper's output depends on gw_log_probs for: rule(rows, cfg) -> bool [B].
+# A wrapper's hint-row rule: rule(rows, cfg) -> bool [B], the rows whose output depends on gw_log_probs.
 HintRowRule = Callable[[CPORows, object], torch.Tensor]
 CPO_HINT_ROW_RULES: dict[str, HintRowRule] = {}
 
