@@ -11,18 +11,27 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Time per step of CPO vs GRPO on the CPU backend: same tiny config, one run after the other.
+"""Time per step of GRPO, CPO scoring every row under the hint and CPO scoring only the rows it reads, on CPU.
 
-Each run trains ``warmup + steps`` steps with the CPO recipe's config (``platform=cpu``); the GRPO run only switches
-``algorithm.adv_estimator=grpo``. The first ``warmup`` steps are dropped. Prints the mean of ``timing_s/step`` and of
-every ``timing_s/*`` part per run, and the CPO/GRPO ratio.
+Three runs, one after the other, on the same tiny config (the CPO recipe's, ``platform=cpu``): ``grpo``
+(``algorithm.adv_estimator=grpo``), ``cpo_all`` (``cpo.hint.rescore=all``) and ``cpo_needed``
+(``cpo.hint.rescore=needed``). All three use dynamic batch sizes (the GPU launch scripts' setting: a pass costs
+the tokens it scores) and the ``compute_score_half_correct`` reward, a stand-in for a policy right about half the
+time (the tiny random model never is), so that CPO has rows whose hinted log-probs it does not read. The first
+``warmup`` steps are dropped. Prints the step time and its parts side by side (nested parts indented under their
+parent), then per run the hinted-pass ratio ``timing_s/cpo_gw_log_prob / timing_s/old_log_prob`` and
+``cpo/hint_rows_frac``, and checks the target: with ``needed``, ratio <= hint_rows_frac + 0.1.
 
-    python -m treetune_scripts.bench_cpo_vs_grpo_cpu [--steps 3] [--warmup 1] [hydra overrides ...]
+Run folders go under ``--work-dir`` (default: a new temporary folder); they are deleted after a successful
+benchmark unless ``--keep``, and always kept when a run fails (the message names the log).
+
+    python -m treetune_scripts.bench_cpo_vs_grpo_cpu [--steps 3] [--warmup 1] [--keep] [hydra overrides ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import tempfile
 from pathlib import Path
@@ -31,7 +40,21 @@ from treetune_scripts.make_tiny_assets import build_tiny_assets
 from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, launch_training, read_metrics, tiny_run_overrides
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "treetune_recipe" / "cpo" / "config"
-ESTIMATORS = ("grpo", "cpo")
+RUNS = {
+    "grpo": ["algorithm.adv_estimator=grpo"],
+    "cpo_all": ["algorithm.adv_estimator=cpo", "cpo.hint.rescore=all"],
+    "cpo_needed": ["algorithm.adv_estimator=cpo", "cpo.hint.rescore=needed"],
+}
+COMMON_OVERRIDES = [
+    "actor_rollout_ref.actor.use_dynamic_bsz=true",  # the rollout and ref log-prob passes follow it by interpolation
+    "reward.custom_reward_function.name=compute_score_half_correct",
+]
+# Timed parts that run inside another timed part: child -> parent.
+NESTED_IN = {
+    "timing_s/cpo_hint_batch": "timing_s/update_actor",
+    "timing_s/cpo_gw_log_prob": "timing_s/update_actor",
+}
+HINT_RATIO_TARGET_MARGIN = 0.1
 
 
 def is_step_part(key: str) -> bool:
@@ -41,20 +64,94 @@ def is_step_part(key: str) -> bool:
     )
 
 
-def mean_timings(metrics: dict[int, dict[str, float]], warmup: int) -> dict[str, float]:
-    """Mean of every ``timing_s/*`` metric over the steps after ``warmup`` (0 for a part a step did not run)."""
+def mean_metrics(metrics: dict[int, dict[str, float]], warmup: int) -> dict[str, float]:
+    """Mean over the steps after ``warmup`` of every step part and of ``cpo/hint_rows_frac``.
+
+    A step part a step did not run (e.g. a skipped hinted pass) counts 0 for that step.
+    """
     steps = [values for step, values in sorted(metrics.items()) if step > warmup]
+    if not steps:
+        raise ValueError(f"No step after the {warmup} warm-up step(s): logged steps {sorted(metrics)}.")
     keys = sorted({key for values in steps for key in values if is_step_part(key)})
-    return {key: statistics.fmean(values.get(key, 0.0) for values in steps) for key in keys}
+    means = {key: statistics.fmean(values.get(key, 0.0) for values in steps) for key in keys}
+    fracs = [values["cpo/hint_rows_frac"] for values in steps if "cpo/hint_rows_frac" in values]
+    if fracs:
+        means["cpo/hint_rows_frac"] = statistics.fmean(fracs)
+    return means
 
 
-def run_once(estimator: str, steps: int, work_dir: Path, overrides: list[str]) -> dict[str, float]:
-    run_dir = work_dir / estimator
+def hint_pass_ratio(means: dict[str, float]) -> float | None:
+    """``timing_s/cpo_gw_log_prob / timing_s/old_log_prob`` of one run (None for a run without CPO)."""
+    if "cpo/hint_rows_frac" not in means or not means.get("timing_s/old_log_prob"):
+        return None
+    return means.get("timing_s/cpo_gw_log_prob", 0.0) / means["timing_s/old_log_prob"]
+
+
+def table_rows(keys: set[str]) -> list[tuple[str, str]]:
+    """(key, label) in print order: the step, its parts, each part's nested parts and its remainder, indented."""
+    parts = sorted(key for key in keys if key != "timing_s/step" and key not in NESTED_IN)
+    rows = [("timing_s/step", "timing_s/step")]
+    for part in parts:
+        rows.append((part, f"  {part}"))
+        children = sorted(child for child, parent in NESTED_IN.items() if parent == part and child in keys)
+        if children:
+            rows.extend((child, f"    {child}") for child in children)
+            rows.append((f"rest:{part}", f"    rest of {part.removeprefix('timing_s/')}"))
+    return rows
+
+
+def format_table(means: dict[str, dict[str, float]]) -> str:
+    """Step parts of every run side by side, and each run's time relative to the first run."""
+    names = list(means)
+    base = names[0]
+    keys = {key for run in means.values() for key in run if is_step_part(key)}
+
+    def value(run: dict[str, float], key: str) -> float:
+        if key.startswith("rest:"):
+            parent = key.removeprefix("rest:")
+            children = [child for child, of in NESTED_IN.items() if of == parent]
+            return run.get(parent, 0.0) - sum(run.get(child, 0.0) for child in children)
+        return run.get(key, 0.0)
+
+    header = f"{'seconds per step (mean)':<40}" + "".join(f"{name:>12}" for name in names)
+    header += "".join(f"{name + '/' + base:>20}" for name in names[1:])
+    lines = [header]
+    for key, label in table_rows(keys):
+        values = [value(means[name], key) for name in names]
+        ratios = [f"{v / values[0]:.2f}x" if values[0] > 0 else "-" for v in values[1:]]
+        lines.append(f"{label:<40}" + "".join(f"{v:>12.3f}" for v in values) + "".join(f"{r:>20}" for r in ratios))
+    lines.append("(indented parts run inside the part above them; `rest of ...` = the parent minus those parts)")
+    return "\n".join(lines)
+
+
+def format_summary(means: dict[str, dict[str, float]]) -> str:
+    """Per run: step time, hinted-pass ratio and hint_rows_frac; the target check of ``cpo_needed``."""
+    lines = [f"{'run':<12}{'step s':>10}{'gw_log_prob/old_log_prob':>28}{'hint_rows_frac':>18}"]
+    for name, run in means.items():
+        ratio, frac = hint_pass_ratio(run), run.get("cpo/hint_rows_frac")
+        ratio_text = f"{ratio:.2f}" if ratio is not None else "-"
+        frac_text = f"{frac:.2f}" if frac is not None else "-"
+        lines.append(f"{name:<12}{run.get('timing_s/step', 0.0):>10.3f}{ratio_text:>28}{frac_text:>18}")
+    if "cpo_needed" in means:
+        ratio, frac = hint_pass_ratio(means["cpo_needed"]), means["cpo_needed"].get("cpo/hint_rows_frac")
+        if ratio is not None and frac is not None:
+            verdict = "met" if ratio <= frac + HINT_RATIO_TARGET_MARGIN else "NOT met"
+            lines.append(
+                f"target (cpo_needed): gw_log_prob/old_log_prob {ratio:.2f} <= hint_rows_frac {frac:.2f} + "
+                f"{HINT_RATIO_TARGET_MARGIN}: {verdict}"
+            )
+    return "\n".join(lines)
+
+
+def run_once(name: str, steps: int, work_dir: Path, overrides: list[str]) -> dict[int, dict[str, float]]:
+    """Train ``steps`` steps of run ``name``; returns its metrics by step. SystemExit naming the kept log on failure."""
+    run_dir = work_dir / name
     run = launch_training(
         [
             "platform=cpu",
-            *tiny_run_overrides(build_tiny_assets(), run_dir, total_training_steps=steps, experiment_name=estimator),
-            f"algorithm.adv_estimator={estimator}",
+            *tiny_run_overrides(build_tiny_assets(), run_dir, total_training_steps=steps, experiment_name=name),
+            *COMMON_OVERRIDES,
+            *RUNS[name],
             f"hydra.run.dir={run_dir / 'hydra'}",
             *overrides,
         ],
@@ -63,38 +160,37 @@ def run_once(estimator: str, steps: int, work_dir: Path, overrides: list[str]) -
         config_dir=CONFIG_DIR,
         config_name="cpo_trainer",
         timeout_s=1200,
+        # A fresh local Ray instance per run: without it ray.init joins any cluster started on the machine.
+        env={"RAY_ADDRESS": "local"},
         cwd=run_dir,
     )
     if run.returncode != 0:
-        raise SystemExit(f"{estimator} run failed (exit {run.returncode}); log: {run.log_path}")
+        raise SystemExit(f"{name} run failed (exit {run.returncode}); its folder is kept, log: {run.log_path}")
     return read_metrics(run_dir / METRICS_FILE)
-
-
-def format_table(timings: dict[str, dict[str, float]]) -> str:
-    keys = ["timing_s/step"] + sorted({k for t in timings.values() for k in t} - {"timing_s/step"})
-    lines = [f"{'metric (s, mean per step)':<32}{'GRPO':>10}{'CPO':>10}{'CPO/GRPO':>10}"]
-    for key in keys:
-        grpo, cpo = timings["grpo"].get(key, 0.0), timings["cpo"].get(key, 0.0)
-        ratio = f"{cpo / grpo:.2f}x" if grpo > 0 else "-"
-        lines.append(f"{key:<32}{grpo:>10.3f}{cpo:>10.3f}{ratio:>10}")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=3, help="measured steps per run (default 3)")
     parser.add_argument("--warmup", type=int, default=1, help="steps dropped at the start (default 1)")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides for both runs")
+    parser.add_argument("--work-dir", type=Path, default=None, help="folder for the runs (default: a temporary one)")
+    parser.add_argument("--keep", action="store_true", help="keep the run folders after a successful benchmark")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for all three runs")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="bench_cpo_") as work_dir:
-        timings = {
-            estimator: mean_timings(
-                run_once(estimator, args.warmup + args.steps, Path(work_dir), args.overrides), args.warmup
-            )
-            for estimator in ESTIMATORS
-        }
-    print(f"CPO vs GRPO on the CPU backend, {args.steps} steps after {args.warmup} warm-up step(s)")
-    print(format_table(timings))
+    work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="bench_cpo_"))
+    work_dir.mkdir(parents=True, exist_ok=True)
+    means = {
+        name: mean_metrics(run_once(name, args.warmup + args.steps, work_dir, args.overrides), args.warmup)
+        for name in RUNS
+    }
+    print(f"GRPO vs CPO (rescore=all, rescore=needed) on the CPU backend, {args.steps} steps after {args.warmup} "
+          f"warm-up step(s); overrides: {' '.join(COMMON_OVERRIDES + args.overrides)}")  # fmt: skip
+    print(format_table(means))
+    print(format_summary(means))
+    if args.keep or args.work_dir is not None:
+        print(f"run folders: {work_dir}")
+    else:
+        shutil.rmtree(work_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@
 # limitations under the License.
 """CPO algorithm core: advantage wrappers, difficulty mask, loss positions, the ``cpo`` advantage estimator.
 
-Read top to bottom: primitives, then the 18 advantage wrappers (each docstring is its formula), then the
+Read top to bottom: primitives, the wrapper registry with :func:`rows_reading_hint` (which rows read the hint), then
+the 18 advantage wrappers (each docstring is its formula, each registration says which rows read δ), then the
 difficulty mask, the ``loss_position`` masks and the advantage estimator. The math is the reference fork's
 (spec ``cpo_algorithm.md`` §4-§6); differences from it are listed in §13 and noted where they apply.
 
@@ -102,11 +103,27 @@ def clamp_signs(advantages: torch.Tensor, nonneg_where: torch.Tensor, nonpos_whe
     return torch.where(nonpos_where, advantages.clamp(max=0), advantages)
 
 
+class CPORows:
+    """Per-response predicates ``[B]`` (bool) of the reward r and the difficulty D, shared by the wrappers and by
+    the rules that say which rows read the hint (:func:`rows_reading_hint`)."""
+
+    def __init__(self, seq_rewards: torch.Tensor, difficulty: torch.Tensor):
+        self.correct = seq_rewards == 1  # r == 1
+        self.wrong = seq_rewards != 1  # r != 1
+        self.minus_one = seq_rewards == -1  # r == -1 (never true with 0/1 rewards)
+        self.all_correct_group = difficulty == 1
+        self.all_wrong_group = difficulty == -1
+        self.mixed_group = difficulty == 0
+        self.decided_group = ~self.mixed_group  # D != 0
+        self.wrong_in_all_wrong_group = self.wrong & self.all_wrong_group
+        self.every = torch.ones_like(self.correct)
+
+
 class CPOTerms:
     """The inputs of one wrapper call and the derived quantities, computed once on first use.
 
     Reward predicates are combined with V (``*_tokens``, ``[B, T]``); difficulty predicates are per sequence
-    (``[B, 1]``) and combined with a token set by the formulas.
+    (``[B, 1]``) and combined with a token set by the formulas. Both come from :class:`CPORows`.
     """
 
     def __init__(self, advantages, gw_log_probs, old_log_probs, entropy, response_mask, seq_rewards, difficulty):
@@ -115,8 +132,7 @@ class CPOTerms:
         self.old_log_probs = old_log_probs
         self.entropy = entropy
         self.response_mask = response_mask
-        self.rewards = seq_rewards.unsqueeze(-1)
-        self.difficulty = difficulty.unsqueeze(-1)
+        self.rows = CPORows(seq_rewards, difficulty)
 
     @cached_property
     def valid(self) -> torch.Tensor:
@@ -125,29 +141,29 @@ class CPOTerms:
     @cached_property
     def correct_tokens(self) -> torch.Tensor:
         """V ∧ (r == 1)."""
-        return self.valid & (self.rewards == 1)
+        return self.valid & self.rows.correct[:, None]
 
     @cached_property
     def wrong_tokens(self) -> torch.Tensor:
         """V ∧ (r != 1)."""
-        return self.valid & (self.rewards != 1)
+        return self.valid & self.rows.wrong[:, None]
 
     @cached_property
     def minus_one_tokens(self) -> torch.Tensor:
         """V ∧ (r == -1) (never true with 0/1 rewards)."""
-        return self.valid & (self.rewards == -1)
+        return self.valid & self.rows.minus_one[:, None]
 
     @cached_property
     def all_correct_group(self) -> torch.Tensor:
-        return self.difficulty == 1
+        return self.rows.all_correct_group[:, None]
 
     @cached_property
     def all_wrong_group(self) -> torch.Tensor:
-        return self.difficulty == -1
+        return self.rows.all_wrong_group[:, None]
 
     @cached_property
     def mixed_group(self) -> torch.Tensor:
-        return self.difficulty == 0
+        return self.rows.mixed_group[:, None]
 
     @cached_property
     def log_ratio(self) -> torch.Tensor:
@@ -196,22 +212,71 @@ class CPOTerms:
 
 CPOWrapper = Callable[..., torch.Tensor]
 CPO_WRAPPERS: dict[str, CPOWrapper] = {}
+# A wrapper's hint-row rule: rule(rows, cfg) -> bool [B], the rows whose output depends on gw_log_probs.
+HintRowRule = Callable[[CPORows, object], torch.Tensor]
+CPO_HINT_ROW_RULES: dict[str, HintRowRule] = {}
 
 
-def register_cpo_wrapper(name: str) -> Callable[[CPOWrapper], CPOWrapper]:
+def alpha_rows(pos: str | None = None, neg: str | None = None) -> HintRowRule:
+    """Rule: the :class:`CPORows` set named ``pos`` when α⁺ is truthy, united with the set ``neg`` when α⁻ is truthy.
+
+    Written next to each wrapper from its formula: ``pos``/``neg`` are the rows where the α⁺/α⁻ statements read
+    δ = g - o (directly, or through MI, K̄, ρ̃ or a set defined by them). Statements that read only H, U, r or D
+    (e.g. the ``A += α⁺·U`` bonus of the mi3/tok_kl families) and the final sign clamps are not counted.
+    """
+
+    def rule(rows: CPORows, cfg) -> torch.Tensor:
+        selected = torch.zeros_like(rows.every)
+        if pos is not None and cfg.pos_alpha:
+            selected = selected | getattr(rows, pos)
+        if neg is not None and cfg.neg_alpha:
+            selected = selected | getattr(rows, neg)
+        return selected
+
+    return rule
+
+
+def _every_row(rows: CPORows, cfg) -> torch.Tensor:
+    return rows.every
+
+
+def register_cpo_wrapper(name: str, hint_rows: HintRowRule = _every_row) -> Callable[[CPOWrapper], CPOWrapper]:
     """Register an advantage wrapper under ``name`` (``cpo.wrap_method``); a name can be registered once.
 
     A wrapper has the signature ``fn(advantages, *, gw_log_probs, old_log_probs, entropy, response_mask,
     seq_rewards, difficulty, cfg) -> Tensor`` and returns a new ``[B, T]`` tensor without modifying its inputs.
+    ``hint_rows`` says which rows read ``gw_log_probs`` (see :func:`rows_reading_hint`); the default, every row, is
+    always correct but scores more rows under the hint than a wrapper may need.
     """
 
     def decorator(fn: CPOWrapper) -> CPOWrapper:
         if name in CPO_WRAPPERS:
             raise ValueError(f"CPO wrapper {name!r} is already registered ({CPO_WRAPPERS[name].__qualname__}).")
         CPO_WRAPPERS[name] = fn
+        CPO_HINT_ROW_RULES[name] = hint_rows
         return fn
 
     return decorator
+
+
+def rows_reading_hint(wrap_method: str, *, seq_rewards: torch.Tensor, difficulty: torch.Tensor, cfg) -> torch.Tensor:
+    """The rows whose shaped advantages depend on ``gw_log_probs`` under ``wrap_method`` and ``cfg``.
+
+    On every other row the wrapper's output is bit-for-bit the same whatever ``gw_log_probs`` holds there, so the
+    trainer scores only these rows under the hint prompt (``cpo.hint.rescore=needed``) and gives the others
+    ``gw_log_probs = old_log_probs``. Each wrapper's rule is registered with it (``hint_rows=`` below).
+
+    Args:
+        wrap_method: a registered wrapper name.
+        seq_rewards: ``[B]`` sequence rewards (correct means r == 1, as in the wrappers).
+        difficulty: ``[B]`` difficulty labels (-1, 0, +1).
+        cfg: any object with ``pos_alpha``, ``neg_alpha`` (and ``cpo_lambda``), as for the wrappers.
+
+    Returns:
+        bool ``[B]``.
+    """
+    get_cpo_wrapper(wrap_method)  # a clear error for an unknown name
+    return CPO_HINT_ROW_RULES[wrap_method](CPORows(seq_rewards, difficulty), cfg)
 
 
 def get_cpo_wrapper(name: str) -> CPOWrapper:
@@ -258,7 +323,7 @@ def _entropy_credit(x: CPOTerms, cfg, favoured: torch.Tensor, disfavoured: torch
     return adv
 
 
-@register_cpo_wrapper("naive")
+@register_cpo_wrapper("naive", hint_rows=alpha_rows(pos="every", neg="every"))
 @_formula
 def naive(x: CPOTerms, cfg) -> torch.Tensor:
     """S⁺: A += α⁺·H;  S⁻: A -= α⁻·(max_t H - H) (row max over all T, padding included). No reward condition."""
@@ -266,7 +331,7 @@ def naive(x: CPOTerms, cfg) -> torch.Tensor:
     return _entropy_credit(x, cfg, hint_favoured, hint_disfavoured)
 
 
-@register_cpo_wrapper("naive_qwen3")
+@register_cpo_wrapper("naive_qwen3", hint_rows=alpha_rows(pos="correct", neg="minus_one"))
 @_formula
 def naive_qwen3(x: CPOTerms, cfg) -> torch.Tensor:
     """S⁺∧(r=1): A += α⁺·H;  S⁻∧(r=-1): A -= α⁻·(max_t H - H);  then A ≥ 0 on r=1, A ≤ 0 on r=-1."""
@@ -275,7 +340,7 @@ def naive_qwen3(x: CPOTerms, cfg) -> torch.Tensor:
     return clamp_signs(adv, x.correct_tokens, x.minus_one_tokens)
 
 
-@register_cpo_wrapper("noaccmask")
+@register_cpo_wrapper("noaccmask", hint_rows=alpha_rows(pos="every", neg="every"))
 @_formula
 def noaccmask(x: CPOTerms, cfg) -> torch.Tensor:
     """``naive`` (no reward condition on S±), then A ≥ 0 on r=1, A ≤ 0 on r=-1."""
@@ -284,7 +349,7 @@ def noaccmask(x: CPOTerms, cfg) -> torch.Tensor:
     return clamp_signs(adv, x.correct_tokens, x.minus_one_tokens)
 
 
-@register_cpo_wrapper("mi")
+@register_cpo_wrapper("mi", hint_rows=alpha_rows(pos="every", neg="every"))
 @_formula
 def mi(x: CPOTerms, cfg) -> torch.Tensor:
     """MI ≥ 0: A += α⁺·MI·U;  MI < 0: A += α⁻·MI·(1-U) (any reward);  then A ≥ 0 on r=1, A ≤ 0 on r=-1."""
@@ -296,7 +361,7 @@ def mi(x: CPOTerms, cfg) -> torch.Tensor:
     return clamp_signs(adv, x.correct_tokens, x.minus_one_tokens)
 
 
-@register_cpo_wrapper("mi_accmask")
+@register_cpo_wrapper("mi_accmask", hint_rows=alpha_rows(pos="correct", neg="minus_one"))
 @_formula
 def mi_accmask(x: CPOTerms, cfg) -> torch.Tensor:
     """r=1 ∧ MI ≥ 0: A += α⁺·MI·(1+U);  r=-1 ∧ MI < 0: A += α⁻·MI·(2-U);  then A ≥ 0 on r=1, A ≤ 0 on r=-1."""
@@ -317,21 +382,21 @@ def _mi_unify(x: CPOTerms, cfg, mi: torch.Tensor) -> torch.Tensor:
     return clamp_signs(adv, x.correct_tokens, x.minus_one_tokens)
 
 
-@register_cpo_wrapper("mi_unify")
+@register_cpo_wrapper("mi_unify", hint_rows=alpha_rows(pos="correct", neg="minus_one"))
 @_formula
 def mi_unify(x: CPOTerms, cfg) -> torch.Tensor:
     """r=1: A += α⁺·MI·(1-U);  r=-1: A += α⁻·MI·(1-U);  then A ≥ 0 on r=1, A ≤ 0 on r=-1."""
     return _mi_unify(x, cfg, x.mi)
 
 
-@register_cpo_wrapper("mi_clamp_unify")
+@register_cpo_wrapper("mi_clamp_unify", hint_rows=alpha_rows(pos="correct", neg="minus_one"))
 @_formula
 def mi_clamp_unify(x: CPOTerms, cfg) -> torch.Tensor:
     """``mi_unify`` with MI_c = min(MI, 10) in place of MI."""
     return _mi_unify(x, cfg, x.mi_clamped)
 
 
-@register_cpo_wrapper("mi_clamp_unify_difficulty")
+@register_cpo_wrapper("mi_clamp_unify_difficulty", hint_rows=alpha_rows(pos="decided_group", neg="mixed_group"))
 @_formula
 def mi_clamp_unify_difficulty(x: CPOTerms, cfg) -> torch.Tensor:
     """D ≠ 0: A += α⁺·MI_c·(1-U);  D = 0 (mixed group): A += α⁻·MI_c·(1-U). Any reward, no sign clamp."""
@@ -359,35 +424,35 @@ def _mi3(x: CPOTerms, cfg, wrong: torch.Tensor, sign: float, with_negative_mi: b
     return adv
 
 
-@register_cpo_wrapper("mi3")
+@register_cpo_wrapper("mi3", hint_rows=alpha_rows(neg="wrong"))
 @_formula
 def mi3(x: CPOTerms, cfg) -> torch.Tensor:
     """r=1: A += α⁺·U;  r≠1: A += α⁻·MI·U where MI ≥ 0, A += α⁻·MI·(1-U) where MI < 0. No sign clamp."""
     return _mi3(x, cfg, x.wrong_tokens, sign=1.0, with_negative_mi=True)
 
 
-@register_cpo_wrapper("negonly_mi3")
+@register_cpo_wrapper("negonly_mi3", hint_rows=alpha_rows(neg="wrong_in_all_wrong_group"))
 @_formula
 def negonly_mi3(x: CPOTerms, cfg) -> torch.Tensor:
     """``mi3`` with the wrong-response updates restricted to all-wrong groups (D = -1)."""
     return _mi3(x, cfg, x.wrong_tokens & x.all_wrong_group, sign=1.0, with_negative_mi=True)
 
 
-@register_cpo_wrapper("reverse_mi3")
+@register_cpo_wrapper("reverse_mi3", hint_rows=alpha_rows(neg="wrong"))
 @_formula
 def reverse_mi3(x: CPOTerms, cfg) -> torch.Tensor:
     """``mi3`` with both wrong-response updates subtracted: A -= α⁻·MI·U (MI ≥ 0), A -= α⁻·MI·(1-U) (MI < 0)."""
     return _mi3(x, cfg, x.wrong_tokens, sign=-1.0, with_negative_mi=True)
 
 
-@register_cpo_wrapper("addition_mi3")
+@register_cpo_wrapper("addition_mi3", hint_rows=alpha_rows(neg="wrong"))
 @_formula
 def addition_mi3(x: CPOTerms, cfg) -> torch.Tensor:
     """``mi3`` without the MI < 0 update: r=1: A += α⁺·U;  r≠1 ∧ MI ≥ 0: A += α⁻·MI·U."""
     return _mi3(x, cfg, x.wrong_tokens, sign=1.0, with_negative_mi=False)
 
 
-@register_cpo_wrapper("negonly_mi")
+@register_cpo_wrapper("negonly_mi", hint_rows=alpha_rows(neg="wrong_in_all_wrong_group"))
 @_formula
 def negonly_mi(x: CPOTerms, cfg) -> torch.Tensor:
     """r=1: A += α⁺·U;  r≠1 ∧ D=-1: A += α⁻·MI (raw MI, no uncertainty factor, no clamp)."""
@@ -397,7 +462,7 @@ def negonly_mi(x: CPOTerms, cfg) -> torch.Tensor:
     return adv
 
 
-@register_cpo_wrapper("mi2")
+@register_cpo_wrapper("mi2", hint_rows=alpha_rows(neg="wrong"))
 @_formula
 def mi2(x: CPOTerms, cfg) -> torch.Tensor:
     """r=1: A += α⁺·U;  r≠1: A += α⁻·MI (raw MI). (The reference also returned MI; only A was ever used.)"""
@@ -407,7 +472,7 @@ def mi2(x: CPOTerms, cfg) -> torch.Tensor:
     return adv
 
 
-@register_cpo_wrapper("negonly_seq_kl")
+@register_cpo_wrapper("negonly_seq_kl", hint_rows=alpha_rows(pos="correct", neg="wrong_in_all_wrong_group"))
 @_formula
 def negonly_seq_kl(x: CPOTerms, cfg) -> torch.Tensor:
     """r=1: A += α⁺·K̄;  r≠1 ∧ D=-1: A += α⁻·K̄. K̄ = the sequence's mean log-ratio; no entropy, no clamp."""
@@ -419,7 +484,7 @@ def negonly_seq_kl(x: CPOTerms, cfg) -> torch.Tensor:
     return adv
 
 
-@register_cpo_wrapper("seq_kl")
+@register_cpo_wrapper("seq_kl", hint_rows=alpha_rows(neg="wrong"))
 @_formula
 def seq_kl(x: CPOTerms, cfg) -> torch.Tensor:
     """r=1: A += α⁺·Ū if D=1 else max(α⁺·Ū, -|A|/2);  r≠1: A += α⁻·K̄ if D=-1 else min(α⁻·K̄, |A|/2)."""
@@ -435,7 +500,7 @@ def seq_kl(x: CPOTerms, cfg) -> torch.Tensor:
     return adv
 
 
-@register_cpo_wrapper("negonly_tok_kl")
+@register_cpo_wrapper("negonly_tok_kl", hint_rows=alpha_rows(neg="wrong_in_all_wrong_group"))
 @_formula
 def negonly_tok_kl(x: CPOTerms, cfg) -> torch.Tensor:
     """r=1: A += α⁺·U;  r≠1 ∧ D=-1: A += α⁻·δ_c, δ_c = clamp(g - o, -10, 10)."""
@@ -445,7 +510,7 @@ def negonly_tok_kl(x: CPOTerms, cfg) -> torch.Tensor:
     return adv
 
 
-@register_cpo_wrapper("tok_kl")
+@register_cpo_wrapper("tok_kl", hint_rows=alpha_rows(neg="wrong"))
 @_formula
 def tok_kl(x: CPOTerms, cfg) -> torch.Tensor:
     """r=1: A += α⁺·U;  r≠1: A += α⁻·δ_c if D=-1 else min(α⁻·δ_c, |A|/2). (No naive fallback afterwards.)"""

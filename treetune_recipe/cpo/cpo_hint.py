@@ -69,6 +69,7 @@ Rules for your reply:
 approach, the checks you make, and any corrections.
 4. Write the final answer inside \boxed{}."""
 
+RESCORE_MODES = ("needed", "all")  # cpo.hint.rescore
 _TEMPLATE_FIELD = re.compile(r"\{(question|solution)\}")
 # Truncation converges in one or two rounds (a cut can shift a token boundary); this only guards against a bug.
 _MAX_TRUNCATION_ROUNDS = 32
@@ -107,6 +108,11 @@ class HintConfig:
     allow_all_missing: bool = _config_field(
         False, "With on_missing=skip, start even when no training row has a solution (the run is then plain GRPO)."
     )
+    rescore: str = _config_field(
+        "needed",
+        "Rows scored under the hint: 'needed' (only those whose shaped advantages read gw_log_probs, see "
+        "cpo_core_algos.rows_reading_hint; the others get gw_log_probs = old_log_probs) or 'all'.",
+    )
 
     def __post_init__(self):
         for key in ("max_prompt_length", "max_prompt_length_margin"):
@@ -128,6 +134,8 @@ class HintConfig:
             )
         if self.on_missing not in ("error", "skip"):
             raise ValueError(f"cpo.hint.on_missing must be 'error' or 'skip', got {self.on_missing!r}.")
+        if self.rescore not in RESCORE_MODES:
+            raise ValueError(f"cpo.hint.rescore must be one of {', '.join(RESCORE_MODES)}, got {self.rescore!r}.")
         if self.max_prompt_length is not None and self.max_prompt_length <= 0:
             raise ValueError(f"cpo.hint.max_prompt_length must be positive or null, got {self.max_prompt_length}.")
         if self.max_prompt_length_margin < 0:

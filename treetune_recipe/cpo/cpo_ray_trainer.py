@@ -18,8 +18,10 @@ Upstream ``fit()`` runs unchanged. Two methods are overridden:
 * ``init_workers`` installs the CPO loss on the actor workers (``set_loss_fn``) and makes every actor update return the
   current-policy entropy the wrappers need.
 * ``_update_actor`` runs right after ``compute_advantage`` (where the reference inserted its block): it labels each
-  prompt group's difficulty, builds the hint-guided batch, scores the *same* response tokens under it with the actor
-  (``gw_log_probs``), adds ``gw_log_probs``/``seq_rewards``/``difficulty`` to the batch and calls ``super()``.
+  prompt group's difficulty, picks the rows whose shaped advantages read the hint (``cpo.hint.rescore=needed``, see
+  ``rows_reading_hint``; ``all``: every row), builds the hint-guided batch for those rows, scores the *same* response
+  tokens under it with the actor (``gw_log_probs``; ``old_log_probs`` on the other rows), adds
+  ``gw_log_probs``/``seq_rewards``/``difficulty`` to the batch and calls ``super()``.
 
 CPO is opt-in through ``algorithm.adv_estimator=cpo``: with any other estimator this class behaves exactly like
 ``RayPPOTrainer``.
@@ -32,6 +34,7 @@ from functools import partial
 import numpy as np
 import torch
 from verl import DataProto
+from verl.protocol import pad_dataproto_to_divisor
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
@@ -41,6 +44,7 @@ from treetune_recipe.cpo.cpo_core_algos import (  # importing registers the "cpo
     compute_difficulty_mask,
     log_ratio,
     mutual_information,
+    rows_reading_hint,
 )
 from treetune_recipe.cpo.cpo_hint import HintConfig, build_hint_batch
 from treetune_recipe.cpo.cpo_loss import cpo_ppo_loss
@@ -75,7 +79,6 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RayPPOTrainer):
             return super()._update_actor(batch)
 
         timing: dict[str, float] = {}
-        response_mask = batch.batch["response_mask"]
         seq_rewards = batch.batch["token_level_rewards"].sum(dim=-1).float()
         difficulty = compute_difficulty_mask(
             seq_rewards,
@@ -84,21 +87,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RayPPOTrainer):
             success_value=self.cpo_config.success_value,
         )
 
-        with marked_timer("cpo_hint_batch", timing):
-            hint_batch, hint_metrics = build_hint_batch(
-                batch,
-                self.tokenizer,
-                self.hint_config,
-                chat_template_kwargs=self.config.data.get("apply_chat_template_kwargs", None),
-            )
-        with marked_timer("cpo_gw_log_prob", timing):
-            # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._compute_old_log_prob returns (DataProto, mfu)
-            hint_log_probs, _ = self._compute_old_log_prob(hint_batch)
-        gw_log_probs = hint_log_probs.batch["old_log_probs"].to(response_mask.device) * response_mask
-        hint_missing = torch.as_tensor(hint_batch.non_tensor_batch["hint_missing"].astype(bool))
-        # Groups without a solution keep their plain log-probs: the log-ratio is 0 there.
-        gw_log_probs = torch.where(hint_missing[:, None], batch.batch["old_log_probs"], gw_log_probs)
-
+        gw_log_probs, scored_rows, hint_metrics = self._hint_log_probs(batch, seq_rewards, difficulty, timing)
         batch.batch["gw_log_probs"] = gw_log_probs
         batch.batch["seq_rewards"] = seq_rewards
         batch.batch["difficulty"] = difficulty
@@ -109,16 +98,94 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RayPPOTrainer):
         actor_output.meta_info["metrics"].update(
             {
                 **hint_metrics,
-                **self._step_cpo_metrics(batch),
+                **self._step_cpo_metrics(batch, scored_rows),
                 **{f"timing_s/{name}": seconds for name, seconds in timing.items()},
             }
         )
         return actor_output
 
-    def _step_cpo_metrics(self, batch: DataProto) -> dict[str, float]:
+    def _hint_log_probs(
+        self, batch: DataProto, seq_rewards: torch.Tensor, difficulty: torch.Tensor, timing: dict[str, float]
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+        """``gw_log_probs`` of the batch: the rows that read them scored under the hint, ``old_log_probs`` elsewhere.
+
+        Rows without a solution (``cpo.hint.on_missing=skip``) also keep their ``old_log_probs``: log-ratio 0. A step
+        where no row reads the hint runs neither the hint-batch build nor the hinted pass.
+
+        Returns:
+            ``(gw_log_probs [B, T], scored_rows bool [B], metrics)``; ``scored_rows`` are the rows really scored
+            under a hint prompt; ``metrics`` has ``cpo/hint_rows_frac`` and, when a pass ran, the hint-batch metrics.
+        """
+        old_log_probs = batch.batch["old_log_probs"]
+        if self.hint_config.rescore == "all":
+            rows = torch.ones(len(batch), dtype=torch.bool)
+        else:
+            rows = rows_reading_hint(
+                self.cpo_config.wrap_method, seq_rewards=seq_rewards, difficulty=difficulty, cfg=self.cpo_config
+            ).cpu()
+        metrics = {"cpo/hint_rows_frac": rows.float().mean().item()}
+        gw_log_probs = old_log_probs.clone()
+        scored_rows = torch.zeros(len(batch), dtype=torch.bool)
+        if not rows.any():
+            return gw_log_probs, scored_rows, metrics
+
+        selected = batch if rows.all() else batch.select_idxs(rows)
+        with marked_timer("cpo_hint_batch", timing):
+            hint_batch, build_metrics = build_hint_batch(
+                selected,
+                self.tokenizer,
+                self.hint_config,
+                chat_template_kwargs=self.config.data.get("apply_chat_template_kwargs", None),
+            )
+        with marked_timer("cpo_gw_log_prob", timing):
+            hinted = self._score_hint_batch(hint_batch).to(old_log_probs.device)
+        hint_missing = torch.as_tensor(hint_batch.non_tensor_batch["hint_missing"].astype(bool))
+        hinted = torch.where(
+            hint_missing[:, None], selected.batch["old_log_probs"], hinted * selected.batch["response_mask"]
+        )
+        gw_log_probs[rows] = hinted
+        scored_rows[rows] = ~hint_missing
+        return gw_log_probs, scored_rows, {**metrics, **build_metrics}
+
+    def _score_hint_batch(self, hint_batch: DataProto) -> torch.Tensor:
+        """Log-probs ``[N, T]`` of the hint batch's responses from the actor, through verl's old-log-prob pass.
+
+        The pass keeps the actor's batching knobs (dynamic batch size and token budget, or fixed micro-batches),
+        exactly as for ``old_log_probs``. The batch is padded with repeats of its first rows to a multiple of the
+        data-parallel size (times the log-prob micro-batch size without dynamic batch size) and, with
+        ``trainer.balance_batch``, its rows are spread over the DP ranks by token count, as ``fit`` does. With the
+        actor's parameters resident (FSDP without ``param_offload``), the request skips the engine's offload switch.
+        """
+        # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._get_dp_size (dispatch info of mesh "actor")
+        dp_size = self._get_dp_size(self.actor_rollout_wg, "actor")
+        actor_rollout_ref = self.config.actor_rollout_ref
+        divisor = dp_size
+        if not actor_rollout_ref.actor.use_dynamic_bsz:
+            # SYNC WARNING: verl/workers/engine/utils.py:prepare_micro_batches (fixed micro-batches must divide a rank)
+            divisor *= actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu
+        padded, _ = pad_dataproto_to_divisor(hint_batch, divisor)
+        padded.batch["cpo_hint_row"] = torch.arange(len(padded))
+        if self.config.trainer.balance_batch and dp_size > 1:
+            # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._balance_batch reorders in place
+            self._balance_batch(padded, metrics={})
+        row = padded.batch.pop("cpo_hint_row")
+        actor = actor_rollout_ref.actor
+        if actor.strategy in ("fsdp", "fsdp2") and not actor.fsdp_config.get("param_offload", False):
+            # SYNC WARNING: verl/workers/engine/base.py:BaseEngineCtx._context_switch
+            # With resident parameters the engine's eval-mode switch only runs gc.collect() (twice on CPU, ~0.7 s
+            # of a ~1 s tiny pass); the old-log-prob pass of this step has just paid for it.
+            padded.meta_info["disable_auto_offload"] = True
+        # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._compute_old_log_prob returns (DataProto, mfu)
+        output, _ = self._compute_old_log_prob(padded)
+        log_probs = torch.empty_like(output.batch["old_log_probs"])
+        log_probs[row] = output.batch["old_log_probs"]
+        return log_probs[: len(hint_batch)]
+
+    def _step_cpo_metrics(self, batch: DataProto, scored_rows: torch.Tensor) -> dict[str, float]:
         """Batch-level CPO diagnostics, exact over the step's valid tokens (the loss adds the advantage changes).
 
-        ``cpo/{log_ratio,mi}_mean/{correct,wrong}`` are left out for a step without correct (or wrong) responses.
+        The log-ratio and MI statistics cover the rows scored under a hint prompt (``scored_rows``); each is left
+        out when there is none (e.g. ``cpo/{log_ratio,mi}_mean/correct`` for a step without scored correct rows).
         """
         valid = batch.batch["response_mask"].bool()
         gw_log_probs, old_log_probs = batch.batch["gw_log_probs"], batch.batch["old_log_probs"]
@@ -126,18 +193,20 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RayPPOTrainer):
         correct_rows = batch.batch["seq_rewards"] == self.cpo_config.success_value
         difficulty = batch.batch["difficulty"]
         metrics = {
-            "cpo/gw_minus_old_mean": ratios[valid].mean().item(),
-            "cpo/gw_minus_old_absmean": ratios[valid].abs().mean().item(),
             "cpo/group_all_wrong_frac": (difficulty == -1).float().mean().item(),
             "cpo/group_all_correct_frac": (difficulty == 1).float().mean().item(),
             "cpo/success_frac": correct_rows.float().mean().item(),
         }
+        scored_tokens = valid & scored_rows.to(valid.device)[:, None]
+        if scored_tokens.any():
+            metrics["cpo/gw_minus_old_mean"] = ratios[scored_tokens].mean().item()
+            metrics["cpo/gw_minus_old_absmean"] = ratios[scored_tokens].abs().mean().item()
         splits = (
             (correct_rows, "cpo/log_ratio_mean/correct", "cpo/mi_mean/correct"),
             (~correct_rows, "cpo/log_ratio_mean/wrong", "cpo/mi_mean/wrong"),
         )
         for rows, ratio_key, mi_key in splits:
-            tokens = valid & rows[:, None]
+            tokens = scored_tokens & rows[:, None]
             if tokens.any():
                 metrics[ratio_key] = ratios[tokens].mean().item()
                 metrics[mi_key] = mis[tokens].mean().item()

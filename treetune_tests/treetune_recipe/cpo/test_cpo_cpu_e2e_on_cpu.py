@@ -83,6 +83,9 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(assets_dir, tmp_pat
             "actor_rollout_ref.actor.optim.lr=1e-2",  # a visible weight change after two steps
             f"trainer.save_freq={steps}",
             "actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model]",
+            # About half the responses count as correct (the tiny model never answers right), so the steps have
+            # correct responses, whose hinted log-probs seq_kl (alpha+ = 0) never reads.
+            "reward.custom_reward_function.name=compute_score_half_correct",
         ],
     )
     assert sorted(metrics) == list(range(1, steps + 1))
@@ -92,8 +95,11 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(assets_dir, tmp_pat
         # The hint prompt really changes the response log-probs: gw_log_probs != old_log_probs on some tokens.
         assert values["cpo/gw_minus_old_absmean"] > 1e-3, step
         assert values["cpo/hint_missing_frac"] == 0 and values["cpo/hint_truncated_frac"] == 0
-        # seq_kl with neg_alpha=1 moves the advantages of wrong responses (the tiny model is almost always wrong).
-        assert values["cpo/success_frac"] < 1
+        # cpo.hint.rescore=needed (the default): seq_kl with alpha+ = 0 scores the wrong responses only.
+        assert values["cpo/hint_rows_frac"] == pytest.approx(1 - values["cpo/success_frac"]), step
+        # seq_kl with neg_alpha=1 moves the advantages of wrong responses.
+        assert 0 < values["cpo/success_frac"] < 1, step
+        assert values["cpo/hint_rows_frac"] < 1, step
         assert values["actor/cpo/adv_delta_absmean/wrong"] > 0, step
         assert values["actor/cpo/changed_token_frac"] > 0, step
         assert values["training/rollout_probs_diff_max"] < 0.1

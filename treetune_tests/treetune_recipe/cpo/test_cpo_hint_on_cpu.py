@@ -418,6 +418,9 @@ def test_hint_config_from_config_resolve_and_validation():
         HintConfig.from_config({"solution_keys": "x"})
     with pytest.raises(ValueError, match="on_missing"):
         HintConfig(on_missing="ignore")
+    assert HintConfig().rescore == "needed" and HintConfig.from_config({"rescore": "all"}).rescore == "all"
+    with pytest.raises(ValueError, match=r"cpo.hint.rescore must be one of needed, all, got 'some'"):
+        HintConfig(rescore="some")
     with pytest.raises(ValueError, match=r"\['solution'\]"):
         HintConfig(user_template="only {question}")
     with pytest.raises(ValueError, match="max_prompt_length"):

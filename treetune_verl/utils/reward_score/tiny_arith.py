@@ -32,6 +32,7 @@ Use it as verl's custom reward function::
 from __future__ import annotations
 
 import re
+import zlib
 from decimal import Decimal, InvalidOperation
 
 CORRECT_SCORE = 1.0
@@ -118,3 +119,17 @@ def compute_score(data_source, solution_str: str, ground_truth, extra_info=None,
         return {"score": CORRECT_SCORE, "acc": True}
     score = WRONG_SCORE_MIN + (WRONG_SCORE_MAX - WRONG_SCORE_MIN) * digit_fraction(solution_str)
     return {"score": score, "acc": False}
+
+
+def compute_score_half_correct(data_source, solution_str: str, ground_truth, extra_info=None, **kwargs) -> dict:
+    """:func:`compute_score`, plus: a response whose text has an even CRC-32 counts as correct.
+
+    A stand-in for a policy that is right about half the time, so that tiny runs (whose random model never answers
+    correctly) exercise the paths of correct responses and mixed prompt groups: e.g. CPO's ``seq_kl`` reads the
+    hinted log-probs of wrong responses only. Deterministic in the response text; same arguments and return value
+    as :func:`compute_score` (``reward.custom_reward_function.name=compute_score_half_correct``).
+    """
+    result = compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)
+    if zlib.crc32((solution_str or "").encode()) % 2 == 0:
+        return {"score": CORRECT_SCORE, "acc": True}
+    return result

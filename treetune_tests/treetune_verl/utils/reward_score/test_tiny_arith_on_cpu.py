@@ -112,3 +112,21 @@ def test_loads_as_verl_custom_reward_function():
     loaded = load_extern_object(module_path=str(Path(tiny_arith.__file__)), object_name="compute_score")
     result = loaded(data_source="tiny_arith", solution_str="\\boxed{7}", ground_truth="7", extra_info={"index": 0})
     assert result == {"score": 1.0, "acc": True}
+
+
+def test_half_correct_stands_in_for_a_model_right_about_half_the_time():
+    """Correct when the text's CRC-32 is even (whatever the answer), else the dense score of a wrong answer."""
+    import zlib
+
+    rng = random.Random(1)
+    responses = ["".join(rng.choices("abcdefgh 0123456789", k=rng.randint(1, 30))) for _ in range(400)]
+    results = [tiny_arith.compute_score_half_correct("tiny_arith", text, "12345678") for text in responses]
+    for text, result in zip(responses, results):
+        if zlib.crc32(text.encode()) % 2 == 0:
+            assert result == {"score": 1.0, "acc": True}, text
+        else:
+            assert result == score(text, ground_truth="12345678"), text
+    assert 0.4 < statistics.fmean(result["acc"] for result in results) < 0.6
+    # A response with the right answer is always correct.
+    odd = next(text for text in (f"\\boxed{{7}}{' ' * k}" for k in range(9)) if zlib.crc32(text.encode()) % 2)
+    assert tiny_arith.compute_score_half_correct("tiny_arith", odd, "7") == {"score": 1.0, "acc": True}

@@ -1,0 +1,268 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""``RayCPOTrainer``'s hint path (``_update_actor``) with ``cpo.hint.rescore=needed`` vs ``all`` on one fixed batch.
+
+The trainer runs its real code (config composed from ``cpo_trainer.yaml``, verl's ``_compute_old_log_prob``,
+``_balance_batch`` and ``_update_actor``) against an in-process actor worker group: its log-probs are a
+deterministic function of each row's own tokens (so the hint prompt changes them and batch composition does not),
+it refuses a batch that verl's dispatch and micro-batching would refuse, and it records every request.
+"""
+
+import copy
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from tensordict import NonTensorData, TensorDict
+from verl import DataProto
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from verl.utils import tensordict_utils as tu
+from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
+
+from treetune_recipe.cpo.cpo_core_algos import compute_cpo_outcome_advantage, get_cpo_wrapper, rows_reading_hint
+from treetune_recipe.cpo.cpo_hint import build_hint_batch
+from treetune_recipe.cpo.cpo_ray_trainer import RayCPOTrainer
+
+CONFIG_DIR = Path(__file__).resolve().parents[3] / "treetune_recipe" / "cpo" / "config"
+LOSS_INPUTS = ("advantages", "old_log_probs", "response_mask", "seq_rewards", "difficulty", "gw_log_probs")
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The hint-batch tests' tokenizer and rollout batch (n interleaved rollouts per prompt, verl's layout).
+HINT_TESTS = _load(Path(__file__).with_name("test_cpo_hint_on_cpu.py"), "cpo_hint_tests_for_trainer")
+
+
+def fake_log_probs(input_ids: torch.Tensor) -> torch.Tensor:
+    """Log-prob of token j+1 at position j, a function of the row's own prefix only: [L] -> [L]."""
+    prefix = torch.cumsum((input_ids * 7919) % 1009, dim=0)
+    next_ids = torch.roll(input_ids, -1)
+    return -(((prefix * 31 + next_ids) % 97).float() + 1.0) / 40.0
+
+
+@pytest.fixture(autouse=True)
+def pure_torch_padding(monkeypatch):
+    """verl's pad/unpad helpers import flash-attn; on CPU use verl's own pure-torch ones (as the CPU backend does)."""
+    if importlib.util.find_spec("flash_attn") is None:
+        from verl.utils import attention_utils, npu_flash_attn_utils
+
+        names = ("index_first_axis", "pad_input", "rearrange", "unpad_input")
+        pure_torch = tuple(getattr(npu_flash_attn_utils, name) for name in names)
+        monkeypatch.setattr(attention_utils, "_get_attention_functions", lambda: pure_torch)
+
+
+class FakeActorGroup:
+    """Stands in for the actor worker group: checks verl's batch-size constraints and records each request."""
+
+    def __init__(self, dp_size: int, micro_batch_size: int | None):
+        self._dispatch_info = {"actor": list(range(dp_size))}
+        self.dp_size, self.micro_batch_size = dp_size, micro_batch_size
+        self.log_prob_requests: list[TensorDict] = []
+        self.update_requests: list[TensorDict] = []
+
+    def compute_log_prob(self, data: TensorDict) -> TensorDict:
+        rows = len(data)
+        assert rows % self.dp_size == 0, f"{rows} rows cannot be dispatched to {self.dp_size} DP ranks"
+        if self.micro_batch_size is not None:
+            assert (rows // self.dp_size) % self.micro_batch_size == 0, "fixed micro-batches must divide each rank"
+        self.log_prob_requests.append(data)
+        per_row = [fake_log_probs(ids) for ids in data["input_ids"].unbind()]
+        log_probs = torch.nested.as_nested_tensor(per_row, layout=torch.jagged)
+        entropy = torch.nested.as_nested_tensor([torch.ones_like(x) for x in per_row], layout=torch.jagged)
+        return tu.get_tensordict({"log_probs": log_probs, "entropy": entropy}, non_tensor_dict={"metrics": {"mfu": 0}})
+
+    def update_actor(self, data: TensorDict) -> TensorDict:
+        self.update_requests.append(data)
+        return tu.get_tensordict({}, non_tensor_dict={"metrics": {"mfu": 0.0, "pg_loss": 0.0}})
+
+
+def make_trainer(monkeypatch, *overrides, dp_size=1, dynamic=False, micro_batch_size=2):
+    def upstream_init(self, config, tokenizer):  # only what the CPO paths read from RayPPOTrainer.__init__
+        self.config, self.tokenizer, self.use_legacy_worker_impl = config, tokenizer, "disable"
+
+    monkeypatch.setattr(RayPPOTrainer, "__init__", upstream_init)
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        config = compose(
+            "cpo_trainer",
+            overrides=[
+                "platform=cpu",
+                "data.max_prompt_length=96",
+                "actor_rollout_ref.rollout.n=4",
+                f"actor_rollout_ref.actor.use_dynamic_bsz={dynamic}",
+                f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro_batch_size}",
+                "trainer.balance_batch=true",
+                *overrides,
+            ],
+        )
+    trainer = RayCPOTrainer(config=config, tokenizer=HINT_TESTS.build_tokenizer("qwen3"))
+    trainer.actor_rollout_wg = FakeActorGroup(dp_size, None if dynamic else micro_batch_size)
+    return trainer
+
+
+# Per problem: rewards of its 4 rollouts (mixed, all wrong, all correct). The dense wrong rewards include -1.
+REWARDS = [[1.0, -0.7, 1.0, -1.0], [-1.0, -0.6, -0.9, -1.0], [1.0, 1.0, 1.0, 1.0]]
+
+
+def rollout_batch(trainer) -> DataProto:
+    """12 rollouts of 3 problems, after old log-probs, rewards and GRPO advantages (the batch at step 11 of fit)."""
+    batch = HINT_TESTS.make_batch(trainer.tokenizer, HINT_TESTS.PROBLEMS, n=4, seed=3)
+    batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
+    old_log_probs, _ = trainer._compute_old_log_prob(batch)
+    batch.batch["old_log_probs"] = old_log_probs.batch["old_log_probs"]
+    problem = {uid: k for k, uid in enumerate(dict.fromkeys(sorted(set(batch.non_tensor_batch["uid"]))))}
+    seen: dict[str, int] = {}
+    rewards = []
+    for uid in batch.non_tensor_batch["uid"]:
+        rewards.append(REWARDS[problem[uid]][seen.get(uid, 0)])
+        seen[uid] = seen.get(uid, 0) + 1
+    response_mask = batch.batch["response_mask"]
+    last_token = response_mask.sum(-1) - 1
+    token_level_rewards = torch.zeros_like(response_mask, dtype=torch.float32)
+    token_level_rewards[torch.arange(len(rewards)), last_token] = torch.tensor(rewards)
+    batch.batch["token_level_rewards"] = token_level_rewards
+    batch.batch["advantages"], _ = compute_cpo_outcome_advantage(
+        token_level_rewards, response_mask, batch.non_tensor_batch["uid"]
+    )
+    trainer.actor_rollout_wg.log_prob_requests.clear()
+    return batch
+
+
+def run_update(trainer, batch: DataProto, rescore: str):
+    """One ``_update_actor`` call; returns (padded loss inputs sent to the update, logged metrics)."""
+    trainer.hint_config = type(trainer.hint_config)(**{**trainer.hint_config.__dict__, "rescore": rescore})
+    output = trainer._update_actor(copy.deepcopy(batch))
+    sent = trainer.actor_rollout_wg.update_requests[-1]
+    return {key: sent[key] for key in LOSS_INPUTS}, output.meta_info["metrics"]
+
+
+def shaped_advantages(trainer, inputs: dict) -> torch.Tensor:
+    """What the CPO loss computes from the loss inputs (with a fixed stand-in for the current-policy entropy)."""
+    entropy = torch.linspace(0.1, 2.0, inputs["advantages"].shape[1]).expand_as(inputs["advantages"])
+    wrapper = get_cpo_wrapper(trainer.cpo_config.wrap_method)
+    return wrapper(
+        inputs["advantages"],
+        entropy=entropy,
+        cfg=trainer.cpo_config,
+        **{key: inputs[key] for key in LOSS_INPUTS if key != "advantages"},
+    )
+
+
+def expected_gw(trainer, batch: DataProto) -> torch.Tensor:
+    """gw_log_probs of every row, computed directly: the fake actor on the full hint batch, masked by the response."""
+    hint_batch, _ = build_hint_batch(batch, trainer.tokenizer, trainer.hint_config)
+    td = left_right_2_no_padding(hint_batch.to_tensordict())
+    per_row = [fake_log_probs(ids) for ids in td["input_ids"].unbind()]
+    log_probs = no_padding_2_padding(torch.nested.as_nested_tensor(per_row, layout=torch.jagged), td)
+    return log_probs * batch.batch["response_mask"]
+
+
+SETUPS = {
+    "dp1-fixed-micro": dict(dp_size=1, dynamic=False, micro_batch_size=2),
+    "dp2-fixed-micro-balanced": dict(dp_size=2, dynamic=False, micro_batch_size=2),
+    "dp2-dynamic-balanced": dict(dp_size=2, dynamic=True, micro_batch_size=2),
+}
+WRAPPERS = {
+    "seq_kl-default": [],
+    "negonly_mi3": ["cpo.wrap_method=negonly_mi3", "cpo.pos_alpha=0.3", "cpo.neg_alpha=0.5"],
+    "mi_unify": ["cpo.wrap_method=mi_unify", "cpo.pos_alpha=0.2", "cpo.neg_alpha=0.5"],
+}
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+@pytest.mark.parametrize("wrapper", WRAPPERS)
+def test_needed_and_all_give_identical_loss_inputs_and_shaped_advantages(monkeypatch, setup, wrapper):
+    trainer = make_trainer(monkeypatch, *WRAPPERS[wrapper], **SETUPS[setup])
+    batch = rollout_batch(trainer)
+    old_log_probs = batch.batch["old_log_probs"]
+
+    inputs_all, metrics_all = run_update(trainer, batch, "all")
+    hint_rows_all = len(trainer.actor_rollout_wg.log_prob_requests[-1])
+    inputs_needed, metrics_needed = run_update(trainer, batch, "needed")
+    rows = rows_reading_hint(
+        trainer.cpo_config.wrap_method,
+        seq_rewards=inputs_all["seq_rewards"],
+        difficulty=inputs_all["difficulty"],
+        cfg=trainer.cpo_config,
+    )
+    assert 0 < rows.sum() < len(rows)  # a real subset: the comparison below means something
+
+    # The loss inputs, tensor by tensor: identical, except gw_log_probs on the rows that never read them.
+    for key in LOSS_INPUTS:
+        if key == "gw_log_probs":
+            torch.testing.assert_close(inputs_needed[key][rows], inputs_all[key][rows], rtol=0, atol=0)
+            torch.testing.assert_close(inputs_needed[key][~rows], old_log_probs[~rows], rtol=0, atol=0)
+        else:
+            torch.testing.assert_close(inputs_needed[key], inputs_all[key], rtol=0, atol=0, msg=key)
+    torch.testing.assert_close(
+        shaped_advantages(trainer, inputs_needed), shaped_advantages(trainer, inputs_all), rtol=0, atol=0
+    )
+    # The rows were scattered back where they belong (checked against a direct computation, not the trainer's).
+    torch.testing.assert_close(inputs_all["gw_log_probs"], expected_gw(trainer, batch), rtol=0, atol=0)
+
+    # Only the selected rows (plus the padding verl needs) went through the hinted pass.
+    group = SETUPS[setup]["dp_size"] * (1 if SETUPS[setup]["dynamic"] else SETUPS[setup]["micro_batch_size"])
+    hint_rows_needed = len(trainer.actor_rollout_wg.log_prob_requests[-1])
+    assert hint_rows_all == len(rows)
+    assert hint_rows_needed == -(-int(rows.sum()) // group) * group
+    assert metrics_all["cpo/hint_rows_frac"] == 1.0
+    assert metrics_needed["cpo/hint_rows_frac"] == pytest.approx(rows.float().mean().item())
+    assert metrics_needed["timing_s/cpo_gw_log_prob"] > 0
+
+
+def test_hinted_pass_sends_the_same_batching_flags_as_the_old_log_prob_pass(monkeypatch):
+    trainer = make_trainer(monkeypatch, dp_size=2, dynamic=True)
+    assert trainer.config.actor_rollout_ref.actor.fsdp_config.param_offload is False
+    batch = HINT_TESTS.make_batch(trainer.tokenizer, HINT_TESTS.PROBLEMS, n=4, seed=3)
+    trainer._compute_old_log_prob(batch)
+    plain = trainer.actor_rollout_wg.log_prob_requests[-1]
+    trainer._score_hint_batch(build_hint_batch(batch, trainer.tokenizer, trainer.hint_config)[0])
+    hinted = trainer.actor_rollout_wg.log_prob_requests[-1]
+
+    def flags(td):  # batch-wide settings (not per-row data)
+        return {key: tu.get(td, key) for key in td.keys() if isinstance(td.get(key), NonTensorData)}
+
+    ignore = {"max_seq_len", "indices", "global_token_num"}  # widths and token counts of each batch
+    assert {"calculate_entropy", "compute_loss", "temperature"} <= set(flags(hinted))
+    # The one difference: parameters are resident, so the hinted pass skips the engine's offload switch.
+    assert {k: v for k, v in flags(hinted).items() if k not in ignore} == {
+        **{k: v for k, v in flags(plain).items() if k not in ignore},
+        "disable_auto_offload": True,
+    }
+    # No batching knob is set by the caller: the worker applies the actor's own (dynamic batch size, token budget).
+    assert not {"use_dynamic_bsz", "max_token_len_per_gpu", "micro_batch_size_per_gpu"} & set(hinted.keys())
+
+
+def test_a_step_where_no_row_reads_the_hint_skips_the_hinted_pass(monkeypatch):
+    trainer = make_trainer(monkeypatch, "cpo.wrap_method=mi3", "cpo.pos_alpha=0.5", "cpo.neg_alpha=0.0")
+    batch = rollout_batch(trainer)
+    inputs, metrics = run_update(trainer, batch, "needed")
+    assert trainer.actor_rollout_wg.log_prob_requests == []
+    assert metrics["cpo/hint_rows_frac"] == 0.0
+    assert "timing_s/cpo_gw_log_prob" not in metrics and "timing_s/cpo_hint_batch" not in metrics
+    assert "cpo/gw_minus_old_mean" not in metrics  # no row was scored under a hint
+    torch.testing.assert_close(inputs["gw_log_probs"], batch.batch["old_log_probs"], rtol=0, atol=0)
+
+
+def test_with_offloaded_parameters_the_hinted_pass_keeps_the_offload_switch(monkeypatch):
+    trainer = make_trainer(monkeypatch, "actor_rollout_ref.actor.fsdp_config.param_offload=true")
+    batch = HINT_TESTS.make_batch(trainer.tokenizer, HINT_TESTS.PROBLEMS, n=4, seed=3)
+    trainer._score_hint_batch(build_hint_batch(batch, trainer.tokenizer, trainer.hint_config)[0])
+    assert "disable_auto_offload" not in trainer.actor_rollout_wg.log_prob_requests[-1].keys()

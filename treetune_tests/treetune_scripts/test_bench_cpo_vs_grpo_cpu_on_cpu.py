@@ -1,0 +1,94 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The GRPO / CPO-all / CPO-needed step benchmark: averaging, the nested table, the target line, failed runs."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from treetune_scripts import bench_cpo_vs_grpo_cpu as bench
+from treetune_verl.cpu_backend.tiny_run import TrainingRun
+
+GRPO = {"timing_s/step": 4.0, "timing_s/gen": 1.0, "timing_s/old_log_prob": 0.8, "timing_s/update_actor": 1.2}
+CPO_ALL = {
+    **GRPO,
+    "timing_s/step": 5.2,
+    "timing_s/update_actor": 2.4,
+    "timing_s/cpo_hint_batch": 0.2,
+    "timing_s/cpo_gw_log_prob": 0.9,
+    "cpo/hint_rows_frac": 1.0,
+}
+CPO_NEEDED = {**CPO_ALL, "timing_s/cpo_gw_log_prob": 0.4, "cpo/hint_rows_frac": 0.5}
+
+
+def test_mean_drops_warmup_counts_a_skipped_part_as_zero_and_averages_hint_rows_frac():
+    metrics = {
+        1: {"timing_s/step": 100.0, "timing_s/cpo_gw_log_prob": 50.0, "cpo/hint_rows_frac": 1.0},
+        2: {"timing_s/step": 4.0, "timing_s/cpo_gw_log_prob": 1.0, "cpo/hint_rows_frac": 0.5},
+        3: {"timing_s/step": 2.0, "cpo/hint_rows_frac": 0.0, "timing_s/agent_loop/generate_sequences/max": 9.0},
+    }
+    means = bench.mean_metrics(metrics, warmup=1)
+    assert means == {"timing_s/step": 3.0, "timing_s/cpo_gw_log_prob": 0.5, "cpo/hint_rows_frac": 0.25}
+    with pytest.raises(ValueError, match="No step after the 3 warm-up"):
+        bench.mean_metrics(metrics, warmup=3)
+
+
+def test_table_nests_the_hint_parts_under_update_actor_with_the_remainder():
+    table = bench.format_table({"grpo": GRPO, "cpo_all": CPO_ALL, "cpo_needed": CPO_NEEDED}).splitlines()
+    labels = [line[:40].rstrip() for line in table[1:-1]]
+    assert labels == [
+        "timing_s/step",
+        "  timing_s/gen",
+        "  timing_s/old_log_prob",
+        "  timing_s/update_actor",
+        "    timing_s/cpo_gw_log_prob",
+        "    timing_s/cpo_hint_batch",
+        "    rest of update_actor",
+    ]
+    rest = table[labels.index("    rest of update_actor") + 1].split()
+    assert rest[3:6] == ["1.200", "1.300", "1.800"]  # update_actor minus the two hint parts
+    step = table[1].split()
+    assert step[1:] == ["4.000", "5.200", "5.200", "1.30x", "1.30x"]
+
+
+def test_summary_reports_ratio_fraction_and_the_target():
+    summary = bench.format_summary({"grpo": GRPO, "cpo_all": CPO_ALL, "cpo_needed": CPO_NEEDED})
+    assert re.search(r"cpo_all\s+5\.200\s+1\.12\s+1\.00", summary)
+    assert re.search(r"cpo_needed\s+5\.200\s+0\.50\s+0\.50", summary)
+    assert re.search(r"grpo\s+4\.000\s+-\s+-", summary)
+    assert summary.endswith("0.50 <= hint_rows_frac 0.50 + 0.1: met")
+    slow = {**CPO_NEEDED, "timing_s/cpo_gw_log_prob": 0.8}
+    assert bench.format_summary({"cpo_needed": slow}).endswith("1.00 <= hint_rows_frac 0.50 + 0.1: NOT met")
+
+
+def test_a_failed_run_keeps_its_folder_and_names_an_existing_log(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(bench, "build_tiny_assets", lambda: tmp_path / "assets")
+    monkeypatch.setattr(bench.tempfile, "mkdtemp", lambda prefix: str(tmp_path / "work"))
+    launched = []
+
+    def failing_launch(overrides, log_path, **kwargs):
+        assert kwargs["env"] == {"RAY_ADDRESS": "local"}  # never joins another Ray cluster on the machine
+        launched.append(overrides)
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(log_path).write_text("Traceback: boom\n")
+        return TrainingRun(returncode=1, wall_s=1.0, peak_rss_bytes=0, timed_out=False, log_path=Path(log_path))
+
+    monkeypatch.setattr(bench, "launch_training", failing_launch)
+    with pytest.raises(SystemExit, match=r"grpo run failed \(exit 1\); its folder is kept, log: (\S+)") as info:
+        bench.main(["--steps", "1", "trainer.seed=3"])
+    log_path = Path(re.search(r"log: (\S+)", str(info.value)).group(1))
+    assert log_path.read_text() == "Traceback: boom\n"
+    assert launched[0][-1] == "trainer.seed=3" and "algorithm.adv_estimator=grpo" in launched[0]
+    assert "reward.custom_reward_function.name=compute_score_half_correct" in launched[0]
