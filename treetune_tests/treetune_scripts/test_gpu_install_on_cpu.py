@@ -141,3 +141,11 @@ def test_unreachable_index_is_reported_and_never_a_pass():
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "INDEX UNREACHABLE (not a pass)" in proc.stdout and "passed" not in proc.stdout
+
+
+def test_readme_names_each_stack_with_its_exact_pins():
+    readme = (REPO_ROOT / "README.md").read_text()
+    for name, stack in STACKS.items():
+        line = next(line for line in readme.splitlines() if line.startswith(f"make install-gpu ROLLOUT={name} "))
+        for pin in (stack.torch, stack.engine, gpu_install.FLASH_ATTN):
+            assert pin in line, (name, pin)
