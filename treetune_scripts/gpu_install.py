@@ -325,41 +325,48 @@ def import_smoke(stack: Stack, python: str) -> str:
     return f"import smoke passed: {', '.join(stack.import_modules)}"
 
 
+def check_stack(stack: Stack, python: str, workdir: Path) -> tuple[str, list[str]]:
+    """Resolve one stack, check its pins, run the import smoke; returns ``(status, report lines)``.
+
+    ``status`` is ``"passed"``, ``"failed"`` or ``"unreachable"``.
+    """
+    start = time.monotonic()
+    lines = [f"[check-gpu-install] {stack.rollout}: resolving {stack.torch} {' '.join(stack.requirements)}"]
+    try:
+        resolved = resolve(stack, python, workdir)
+        problems = pin_problems(stack, resolved)
+        key = ("torch", stack.engine_name, "verl", "transformers", "tensordict", "ray", "numpy")
+        versions = ", ".join(f"{n}=={resolved[n]['version']}" for n in key if n in resolved)
+        lines.append(f"  resolved {len(resolved)} distributions in {time.monotonic() - start:.0f} s: {versions}")
+        lines += [f"  FAIL {problem}" for problem in problems]
+        lines.append(f"  {import_smoke(stack, python)}")
+        return ("failed" if problems else "passed"), lines
+    except IndexUnreachable as error:
+        return "unreachable", [*lines, f"  INDEX UNREACHABLE (not a pass): {error}"]
+    except RuntimeError as error:
+        return "failed", [*lines, f"  FAIL {error}"]
+
+
 def check(rollouts: list[str], python: str) -> int:
-    """Resolve every stack in ``rollouts``; print one block per stack; return the exit status (see module doc)."""
-    failed = unreachable = False
+    """Resolve every stack in ``rollouts`` (concurrently); print one block per stack; return the exit status."""
+    from concurrent.futures import ThreadPoolExecutor
+
     with tempfile.TemporaryDirectory(prefix="treetune-gpu-check-") as tmp:
-        for rollout in rollouts:
-            stack = STACKS[rollout]
-            start = time.monotonic()
-            print(f"[check-gpu-install] {rollout}: resolving {stack.torch} {' '.join(stack.requirements)}", flush=True)
-            try:
-                resolved = resolve(stack, python, Path(tmp))
-                problems = pin_problems(stack, resolved)
-                key = ("torch", stack.engine_name, "verl", "transformers", "tensordict", "ray", "numpy")
-                versions = ", ".join(f"{n}=={resolved[n]['version']}" for n in key if n in resolved)
-                print(f"  resolved {len(resolved)} distributions in {time.monotonic() - start:.0f} s: {versions}")
-                for problem in problems:
-                    print(f"  FAIL {problem}")
-                failed |= bool(problems)
-                print(f"  {import_smoke(stack, python)}")
-            except IndexUnreachable as error:
-                print(f"  INDEX UNREACHABLE (not a pass): {error}")
-                unreachable = True
-            except RuntimeError as error:
-                print(f"  FAIL {error}")
-                failed = True
-        try:
-            print(f"[check-gpu-install] {flash_attn_on_index(python)}")
-        except IndexUnreachable as error:
-            print(f"[check-gpu-install] INDEX UNREACHABLE (not a pass): {error}")
-            unreachable = True
-        except RuntimeError as error:
-            print(f"[check-gpu-install] FAIL {error}")
-            failed = True
-    if unreachable:
-        print("[check-gpu-install] the package index could not be reached: nothing was verified")
+        with ThreadPoolExecutor(max_workers=len(rollouts)) as pool:
+            results = list(pool.map(lambda rollout: check_stack(STACKS[rollout], python, Path(tmp)), rollouts))
+    try:
+        results.append(("passed", [f"[check-gpu-install] {flash_attn_on_index(python)}"]))
+    except IndexUnreachable as error:
+        results.append(("unreachable", [f"[check-gpu-install] INDEX UNREACHABLE (not a pass): {error}"]))
+    except RuntimeError as error:
+        results.append(("failed", [f"[check-gpu-install] FAIL {error}"]))
+    for _, lines in results:
+        print("\n".join(lines))
+    statuses = {status for status, _ in results}
+    if "unreachable" in statuses:
+        print("[check-gpu-install] the package index could not be reached: not every stack was verified (exit 2)")
         return 2
+    failed = "failed" in statuses
     print(f"[check-gpu-install] {'FAILED' if failed else 'passed'}: {', '.join(rollouts)}")
     return 1 if failed else 0
 

@@ -18,6 +18,7 @@ and from hand-written resolutions; the resolver check against the real index is 
 """
 
 import importlib.metadata
+import importlib.util
 import os
 import subprocess
 import sys
@@ -149,3 +150,65 @@ def test_readme_names_each_stack_with_its_exact_pins():
         line = next(line for line in readme.splitlines() if line.startswith(f"make install-gpu ROLLOUT={name} "))
         for pin in (stack.torch, stack.engine, gpu_install.FLASH_ATTN):
             assert pin in line, (name, pin)
+
+
+def fake_python(tmp_path: Path, *, fail_on: str, torch_info: str = "2.9.0+cu128 12.8 (3, 12)") -> str:
+    """An executable standing in for the venv's python: pip fails on the argument ``fail_on``, ``-c`` prints
+    ``torch_info``, ``-m treetune_scripts.gpu_install torch-constraint`` prints the constraint of torch 2.9.0."""
+    script = tmp_path / "python"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'case "$*" in *{fail_on}*) echo "pip failed on $*" >&2; exit 1;; esac\n'
+        'case "$*" in *torch-constraint*) echo "torch==2.9.0"; exit 0;; esac\n'
+        f'case "$1" in -c) echo "{torch_info}"; exit 0;; esac\n'
+        "exit 0\n"
+    )
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_install_stops_at_the_failing_step_naming_what_to_do(tmp_path):
+    python = fake_python(tmp_path, fail_on="torch==2.9.0")
+    with pytest.raises(gpu_install.InstallError, match="pip could not install torch==2.9.0") as error:
+        gpu_install.install("vllm", python, tmp_path / "constraint.txt")
+    assert "PIP_EXTRA_INDEX_URL" in str(error.value)
+    assert not (tmp_path / "constraint.txt").exists()  # nothing after the failed step ran
+
+
+def test_install_writes_the_constraint_then_installs_the_engine_under_it(tmp_path):
+    python = fake_python(tmp_path, fail_on="vllm==0.12.0")
+    with pytest.raises(gpu_install.InstallError, match="vllm==0.12.0 with torch==2.9.0") as error:
+        gpu_install.install("vllm", python, tmp_path / "constraint.txt")
+    assert (tmp_path / "constraint.txt").read_text() == "torch==2.9.0\n"
+    assert "make check-gpu-install" in str(error.value)
+
+
+def test_flash_attn_failure_without_nvcc_says_which_cuda_toolkit_to_install(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvcc on PATH (the fake python is called by full path)
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-cuda"))
+    python = fake_python(tmp_path, fail_on="flash-attn==2.8.1")
+    with pytest.raises(gpu_install.InstallError) as error:
+        gpu_install.install("sglang", python, tmp_path / "constraint.txt")
+    message = str(error.value)
+    assert "install flash-attn==2.8.1" in message and "nvcc was not found" in message
+    assert "Install the CUDA 12.8 toolkit" in message
+
+
+def test_flash_attn_failure_with_a_mismatched_nvcc_names_both_cuda_versions(tmp_path, monkeypatch):
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.parent.mkdir()
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 11.8, V11.8.89'\n")
+    nvcc.chmod(0o755)
+    monkeypatch.setenv("PATH", str(nvcc.parent))
+    python = fake_python(tmp_path, fail_on="flash-attn==2.8.1")
+    with pytest.raises(gpu_install.InstallError, match="nvcc is CUDA 11.8 but torch was built with CUDA 12.8"):
+        gpu_install.install("vllm", python, tmp_path / "constraint.txt")
+
+
+@pytest.mark.parametrize("rollout", sorted(STACKS))
+def test_import_smoke_modules_exist_in_the_installed_verl(rollout):
+    verl_dir = Path(importlib.util.find_spec("verl").origin).parent
+    for module in STACKS[rollout].import_modules:
+        root, *rest = module.split(".")
+        base = verl_dir.parent if root == "verl" else REPO_ROOT
+        assert (base / root / Path(*rest)).with_suffix(".py").is_file(), module
