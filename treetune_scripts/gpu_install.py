@@ -88,10 +88,14 @@ class Stack:
         return self.engine.split("==")[0]
 
     @property
+    def project(self) -> str:
+        """This project (its folder) with the engine's extra and :data:`PROJECT_EXTRAS`."""
+        return f"{REPO_ROOT}[{','.join((self.rollout, *PROJECT_EXTRAS))}]"
+
+    @property
     def requirements(self) -> list[str]:
         """What ``install`` asks pip for after torch: the engine pin and this project with its extras."""
-        extras = ",".join((self.rollout, *PROJECT_EXTRAS))
-        return [self.engine, f"{REPO_ROOT}[{extras}]"]
+        return [self.engine, self.project]
 
 
 STACKS = {
@@ -192,7 +196,7 @@ def install(rollout: str, python: str, constraint_file: Path) -> None:
         ),
         (
             f"install {stack.engine} and this project [{rollout},{','.join(PROJECT_EXTRAS)}]",
-            _pip(python, "install", "-c", str(constraint_file), *stack.requirements[:1], "-e", stack.requirements[1]),
+            _pip(python, "install", "-c", str(constraint_file), stack.engine, "-e", stack.project),
             f"{stack.engine} with {stack.torch} and verl=={VERL_VERSION} did not install: run "
             f"`make check-gpu-install` to see whether the stack resolves from the index at all.",
         ),
@@ -383,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     chk.add_argument("--rollout", action="append", choices=sorted(STACKS), help="default: every stack")
     chk.add_argument("--python", default=sys.executable)
     args = parser.parse_args(argv)
+    if getattr(args, "python", None) and os.sep in args.python:
+        args.python = os.path.abspath(args.python)  # steps run with the repository as working directory
     if args.command == "torch-constraint":
         print(installed_torch_constraint())
         return 0
