@@ -339,7 +339,8 @@ def check_stack(stack: Stack, python: str, workdir: Path) -> tuple[str, list[str
     try:
         resolved = resolve(stack, python, workdir)
         problems = pin_problems(stack, resolved)
-        key = ("torch", stack.engine_name, "verl", "transformers", "tensordict", "ray", "numpy")
+        key = ("torch", "torchvision", "torchaudio", stack.engine_name, "verl", "transformers", "tensordict", "ray")
+        key += ("numpy", "triton", "flashinfer-python", "sgl-kernel", "xgrammar")
         versions = ", ".join(f"{n}=={resolved[n]['version']}" for n in key if n in resolved)
         lines.append(f"  resolved {len(resolved)} distributions in {time.monotonic() - start:.0f} s: {versions}")
         lines += [f"  FAIL {problem}" for problem in problems]
