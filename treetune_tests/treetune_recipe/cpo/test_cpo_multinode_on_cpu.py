@@ -106,6 +106,7 @@ def test_two_node_run_finishes_every_step(two_node_run):
 @pytest.mark.timeout(RUN_TIMEOUT_S + 180)
 def test_trainer_workers_ran_on_both_nodes_and_finished(two_node_run):
     assert len(two_node_run["node_ids"]) == 2
+    # SYNC WARNING: verl/single_controller/ray/base.py:create_colocated_worker_cls names the trainer workers' class
     workers = [actor for actor in two_node_run["actors"] if "WorkerDict" in actor["ActorClassName"]]
     assert len(workers) == 2, [actor["ActorClassName"] for actor in two_node_run["actors"]]
     assert {worker["Address"]["NodeID"] for worker in workers} == two_node_run["node_ids"]
