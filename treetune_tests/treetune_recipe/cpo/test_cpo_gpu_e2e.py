@@ -35,6 +35,8 @@ STEPS = 2
 def test_cpo_trains_two_steps_on_cuda_with_the_hf_rollout(tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
+    # On CUDA the trainer unpads batches with flash-attn's helpers (the CPU backend's pure-torch swap is CPU-only).
+    pytest.importorskip("flash_attn", reason="needs flash-attn on CUDA: make install-gpu ROLLOUT=vllm (or sglang)")
     assets_dir = build_tiny_assets()
     overrides = [
         "platform=cpu",
