@@ -26,8 +26,9 @@ torch/CUDA/Python or compiles with ``nvcc``.
 installed) and fails when a stack does not resolve or resolves outside verl 0.7.1's declared requirements. It cannot
 resolve flash-attn (an sdist whose metadata step needs torch and CUDA): it only checks that the pinned release is on
 the index, and says so. When a serving engine is importable in the running environment it also imports verl's
-rollout modules for it. Exit status: 0 every stack passed; 1 a stack failed; 2 the package index could not be
-reached (never a pass).
+rollout modules for it (vLLM's import on a CPU-only host, SGLang's only with a CUDA driver: sgl-kernel loads
+libcuda). Exit status: 0 every stack passed; 1 a stack failed; 2 the package index could not be reached (never a
+pass).
 
 Only the standard library is imported at module level, so ``install`` runs on a fresh virtualenv.
 """
