@@ -3,6 +3,8 @@
 # Hyperparameters: the reference's seq_kl main run (spec section 7.2) adapted to 8B.
 #   MODEL_PATH=/models/Qwen3-8B DATA_DIR=/data/cpo CKPT_DIR=/ckpt/cpo bash run_cpo_qwen3-8b.sh [hydra overrides...]
 #   DRY_RUN=1 ... prints the full command instead of running it.
+# Several nodes: start a Ray cluster first (ray_cluster.sh), then on the head node
+#   RAY_ADDRESS=<head ip>:6379 NNODES=2 NGPUS=8 bash run_cpo_qwen3-8b.sh    (MODEL_PATH, DATA_DIR, CKPT_DIR shared)
 # DATA_DIR holds the parquet files written by treetune_scripts/data/prepare_*.py.
 set -xeuo pipefail
 
@@ -23,6 +25,9 @@ missing=()
 for f in math_train math500 aime2024 aime2025 amc23 gpqa; do
     [[ -f "$DATA_DIR/$f.parquet" ]] || missing+=("data file $DATA_DIR/$f.parquet (see treetune_scripts/data/)")
 done
+if (( NNODES > 1 )) && [[ -z "${RAY_ADDRESS:-}" ]]; then
+    missing+=("RAY_ADDRESS of a running Ray cluster for NNODES=$NNODES (start it with treetune_recipe/cpo/ray_cluster.sh)")
+fi
 if (( ${#missing[@]} )); then
     printf 'missing: %s\n' "${missing[@]}" >&2
     exit 1

@@ -208,16 +208,8 @@ def test_response_positions_keep_their_offset_from_the_prompt_end():
     torch.testing.assert_close(hint_batch.batch["position_ids"][:, 150:], hint_len + torch.arange(20)[None, :])
 
 
-def test_verl_padding_helpers_align_the_hint_batch_with_the_responses(monkeypatch):
+def test_verl_padding_helpers_align_the_hint_batch_with_the_responses(verl_pad_helpers):
     """verl's own rmpad round trip: the token before each response token is the previous response token."""
-    if importlib.util.find_spec("flash_attn") is None:  # CPU: verl's own pure-torch pad/unpad helpers
-        from verl.utils import attention_utils, npu_flash_attn_utils
-
-        pure_torch = tuple(
-            getattr(npu_flash_attn_utils, name)
-            for name in ("index_first_axis", "pad_input", "rearrange", "unpad_input")
-        )
-        monkeypatch.setattr(attention_utils, "_get_attention_functions", lambda: pure_torch)
     tokenizer = build_tokenizer("qwen3")
     batch = make_batch(tokenizer, PROBLEMS, prompt_width=64, response_width=20)
     hint_batch, _ = build_hint_batch(batch, tokenizer, _config())

@@ -21,7 +21,6 @@ from the per-row model outputs (response token t is predicted at sequence positi
 """
 
 import functools
-import importlib.util
 import pickle
 import types
 
@@ -44,15 +43,7 @@ from treetune_recipe.cpo.cpo_loss import cpo_ppo_loss
 PROMPT_WIDTH, RESPONSE_WIDTH, BATCH = 5, 7, 8
 
 
-@pytest.fixture(autouse=True)
-def pure_torch_unpad_without_flash_attn(monkeypatch):
-    """``left_right_2_no_padding`` imports flash_attn's unpad; on CPU use verl's own pure-torch equivalent."""
-    if importlib.util.find_spec("flash_attn") is None:
-        from verl.utils import attention_utils, npu_flash_attn_utils
-
-        names = ("index_first_axis", "pad_input", "rearrange", "unpad_input")
-        pure_torch = tuple(getattr(npu_flash_attn_utils, name) for name in names)
-        monkeypatch.setattr(attention_utils, "_get_attention_functions", lambda: pure_torch)
+pytestmark = pytest.mark.usefixtures("verl_pad_helpers")  # left_right_2_no_padding unpads with them
 
 
 @pytest.fixture(scope="module")

@@ -58,15 +58,7 @@ def fake_log_probs(input_ids: torch.Tensor) -> torch.Tensor:
     return -(((prefix * 31 + next_ids) % 97).float() + 1.0) / 40.0
 
 
-@pytest.fixture(autouse=True)
-def pure_torch_padding(monkeypatch):
-    """verl's pad/unpad helpers import flash-attn; on CPU use verl's own pure-torch ones (as the CPU backend does)."""
-    if importlib.util.find_spec("flash_attn") is None:
-        from verl.utils import attention_utils, npu_flash_attn_utils
-
-        names = ("index_first_axis", "pad_input", "rearrange", "unpad_input")
-        pure_torch = tuple(getattr(npu_flash_attn_utils, name) for name in names)
-        monkeypatch.setattr(attention_utils, "_get_attention_functions", lambda: pure_torch)
+pytestmark = pytest.mark.usefixtures("verl_pad_helpers")  # the trainer's passes unpad with them
 
 
 class FakeActorGroup:

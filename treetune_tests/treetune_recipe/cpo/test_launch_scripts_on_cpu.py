@@ -21,7 +21,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 RECIPE_DIR = Path(__file__).resolve().parents[3] / "treetune_recipe" / "cpo"
-SCRIPTS = ("run_cpo_qwen3-8b.sh", "run_cpo_qwen3-8b_sglang.sh", "run_cpo_sweep.sh")
+SCRIPTS = ("run_cpo_qwen3-8b.sh", "run_cpo_qwen3-8b_sglang.sh", "run_cpo_sweep.sh", "ray_cluster.sh")
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -88,3 +88,49 @@ def test_missing_model_and_data_are_named_before_anything_starts(tmp_path):
     assert f"missing: model directory MODEL_PATH={tmp_path / 'no_model'}" in proc.stderr
     assert f"missing: data file {tmp_path / 'math_train.parquet'}" in proc.stderr
     assert "main_cpo" not in proc.stderr.split("missing:")[-1]  # stopped before the entry point ran
+
+
+def test_multi_node_launch_without_a_ray_cluster_stops_naming_ray_address(tmp_path):
+    env = {key: value for key, value in fake_inputs(tmp_path).items() if key != "RAY_ADDRESS"}
+    proc = subprocess.run(
+        ["bash", str(RECIPE_DIR / "run_cpo_qwen3-8b.sh")],
+        env={**env, "NNODES": "2", "DRY_RUN": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1 and "RAY_ADDRESS of a running Ray cluster for NNODES=2" in proc.stderr
+    assert "main_cpo" not in proc.stdout
+
+
+def test_multi_node_launch_attached_to_a_cluster_sets_nnodes(tmp_path):
+    env = {**fake_inputs(tmp_path), "NNODES": "2", "NGPUS": "4", "RAY_ADDRESS": "10.0.0.1:6379"}
+    overrides = dry_run("run_cpo_qwen3-8b.sh", env)
+    assert "trainer.nnodes=2" in overrides and "trainer.n_gpus_per_node=4" in overrides
+
+
+def ray_cluster(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(RECIPE_DIR / "ray_cluster.sh"), *args],
+        env={**os.environ, "DRY_RUN": "1", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_ray_cluster_script_starts_a_head_and_attaches_workers():
+    head = ray_cluster("head", NUM_GPUS="8", RAY_PORT="6380", RAY_TEMP_DIR="/scratch/ray")
+    assert head.returncode == 0 and head.stdout.split() == [
+        "ray",
+        "start",
+        "--head",
+        "--port=6380",
+        "--num-gpus=8",
+        "--temp-dir=/scratch/ray",
+    ]
+    worker = ray_cluster("worker", RAY_HEAD="10.0.0.1:6380")
+    assert worker.returncode == 0 and worker.stdout.split() == ["ray", "start", "--address=10.0.0.1:6380"]
+    no_head = ray_cluster("worker", RAY_HEAD="")
+    assert no_head.returncode == 1 and "set RAY_HEAD=" in no_head.stderr
+    assert ray_cluster("stop").returncode == 1  # only head and worker are roles

@@ -1,0 +1,62 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""GPU tier: the CPO loss and the hinted log-prob pass through verl's FSDP engine on CUDA (bf16 parameters and
+autocast, nccl) against fp32 transformers on CPU. No Ray: one engine worker in the test process
+(``engine_harness.py``, shared with the CPU twin ``test_cpo_engine_on_cpu.py``).
+
+Without flash-attn installed (it comes with ``make install-gpu``), verl's unpad helpers are swapped for verl's own
+pure-torch equivalents, as the CPU tests do; the engine itself runs with ``use_remove_padding=false`` and sdpa.
+"""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from treetune_scripts.make_tiny_assets import build_tiny_assets
+
+pytestmark = pytest.mark.gpu
+
+
+def _load_engine_harness():
+    path = Path(__file__).with_name("engine_harness.py")
+    spec = importlib.util.spec_from_file_location("cpo_engine_harness", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def engine():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    import treetune_verl.verl_runtime  # noqa: F401  (pure-torch pad/unpad where flash-attn is missing, as in a run)
+
+    harness = _load_engine_harness()
+    with harness.engine_fixture(build_tiny_assets()) as engine:
+        from verl.utils.device import get_device_name
+
+        assert get_device_name() == "cuda"  # the engine, its process group and its tensors are on CUDA
+        yield harness, engine
+
+
+def test_cpo_update_through_the_cuda_engine_matches_fp32_cpu(engine):
+    harness, state = engine
+    harness.check_cpo_update(state)
+
+
+def test_hinted_log_probs_through_the_cuda_engine_match_fp32_cpu(engine):
+    harness, state = engine
+    harness.check_hinted_log_probs(state)
