@@ -112,3 +112,12 @@ def test_loads_as_verl_custom_reward_function():
     loaded = load_extern_object(module_path=str(Path(tiny_arith.__file__)), object_name="compute_score")
     result = loaded(data_source="tiny_arith", solution_str="\\boxed{7}", ground_truth="7", extra_info={"index": 0})
     assert result == {"score": 1.0, "acc": True}
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [("3 + 4 = 7. \\boxed{7}", (1.0, True)), ("3 + 4 = 8. \\boxed{8}", (-1.0, False)), ("", (-1.0, False))],
+)
+def test_binary_score_is_plus_or_minus_one(response, expected):
+    result = tiny_arith.compute_binary_score("tiny_arith", response, "7")
+    assert (result["score"], result["acc"]) == expected
