@@ -42,6 +42,7 @@ from treetune_recipe.cpo.cpo_core_algos import (  # importing registers the "cpo
     log_ratio,
     mutual_information,
 )
+from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig, maybe_dump_credit
 from treetune_recipe.cpo.cpo_hint import HintConfig, build_hint_batch
 from treetune_recipe.cpo.cpo_loss import cpo_ppo_loss
 from treetune_recipe.cpo.preflight import check_cpo_config, cpo_is_enabled
@@ -58,6 +59,7 @@ class RayCPOTrainer(RayPPOTrainer):
             check_cpo_config(self.config)
             self.cpo_config = CPOConfig.from_config(self.config.cpo)
             self.hint_config = HintConfig.from_config(self.cpo_config.hint).resolve(self.config.data.max_prompt_length)
+            self.credit_dump_config = CreditDumpConfig.from_config(self.cpo_config.credit_dump)
 
     def init_workers(self):
         super().init_workers()
@@ -101,6 +103,7 @@ class RayCPOTrainer(RayPPOTrainer):
         batch.batch["gw_log_probs"] = gw_log_probs
         batch.batch["seq_rewards"] = seq_rewards
         batch.batch["difficulty"] = difficulty
+        maybe_dump_credit(self, batch, hint_batch)  # cpo.credit_dump: writes only at the listed steps
 
         # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._update_actor returns metrics in
         # meta_info["metrics"] and prefixes the loss's metrics with "actor/"; fit() reduces and logs them.
