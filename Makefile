@@ -1,5 +1,6 @@
 # treetune-verl: the two commands of the README, plus a few helpers.
 #   make demo [ARGS="key=value ..."]   CPU tiny run of the main recipe (writes outputs/demo/)
+#   make experiment [ARGS="--quick ..."]  CPO vs matched GRPO on CPU (writes outputs/experiments/cpo_vs_grpo/)
 #   make test                           CPU test tier
 PYTHON ?= python3
 VENV ?= .venv
@@ -8,7 +9,7 @@ ARGS ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.treetune-installed
 
-.PHONY: install demo test test-gpu lint clean-assets
+.PHONY: install demo experiment test test-gpu lint clean-assets
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +26,9 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m treetune_scripts.run_demo $(ARGS)
+
+experiment: $(STAMP)
+	$(PY) -m treetune_scripts.experiments.cpo_vs_grpo $(ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest -q $$(find treetune_tests -name 'test_*_on_cpu.py' | sort)

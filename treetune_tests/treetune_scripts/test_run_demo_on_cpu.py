@@ -18,6 +18,7 @@ import json
 import pytest
 
 from treetune_scripts import run_demo
+from treetune_scripts.make_tiny_assets import build_tiny_assets
 from treetune_verl.patches import accelerator_available
 
 
@@ -59,6 +60,8 @@ def test_bad_override_stops_at_the_preflight_before_any_training(tmp_path, capsy
         raise AssertionError("training must not start")
 
     monkeypatch.setattr(run_demo, "launch_training", no_training)
+    # The preflight needs a real model folder and data; the tiny assets stand in for the (minutes to build) warm start.
+    monkeypatch.setattr(run_demo, "demo_start", build_tiny_assets)
     code = run_demo.main(["--output-dir", str(tmp_path), "actor_rollout_ref.actor.fsdp_config.strategy=fsdp"])
     assert code == 2
     assert "set actor_rollout_ref.actor.fsdp_config.strategy=fsdp2" in capsys.readouterr().err
