@@ -34,6 +34,7 @@ import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -343,8 +344,14 @@ def _patch_skip_full_gc(module: ModuleType) -> None:
     module.gc = _GcWithoutCollect()
 
 
+#: Set to 1 to keep verl's full collections on CPU (for A/B timing: ``treetune_scripts/bench_cpu_gc.py``).
+KEEP_VERL_GC_ENV = "TREETUNE_KEEP_VERL_GC"
+
+
 def apply_skip_full_gc() -> None:
     """Make the explicit ``gc.collect()`` calls of verl's FSDP engine and memory helpers no-ops (CPU only)."""
+    if os.environ.get(KEEP_VERL_GC_ENV) == "1":
+        return
     require_verl_version("skip_full_gc")
     for module_name in _NO_FULL_GC_MODULES:
         run_after_import(module_name, _patch_skip_full_gc)
