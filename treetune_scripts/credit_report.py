@@ -57,7 +57,10 @@ function paint(mode) {
     });
   });
   document.getElementById('mode').textContent = mode === 'delta' ? 'δ = g − o' : 'advantage change (shaped − GRPO)';
+  document.getElementById('m-' + mode).checked = true;
 }
+// report.html#adv opens with the advantage-change colouring.
+window.addEventListener('DOMContentLoaded', function () { if (location.hash === '#adv') paint('adv'); });
 """
 
 
@@ -95,16 +98,19 @@ def _token_span(row: dict, i: int, delta_scale: float) -> str:
     )
 
 
-def _row_html(row: dict) -> str:
-    deltas = [abs(v) for v in row["delta"]] or [1.0]
-    changes = [abs(s - a) for s, a in zip(row["advantage_shaped"], row["advantage"])] or [1.0]
-    delta_scale, adv_scale = max(max(deltas), 1e-6), max(max(changes), 1e-6)
+def colour_scales(rows: list[dict]) -> tuple[float, float]:
+    """Largest |δ| and largest |advantage change| over ``rows`` (one colour scale per step, so rows compare)."""
+    deltas = [abs(v) for row in rows for v in row["delta"]]
+    changes = [abs(s - a) for row in rows for s, a in zip(row["advantage_shaped"], row["advantage"])]
+    return max(deltas, default=0.0) or 1e-6, max(changes, default=0.0) or 1e-6
+
+
+def _row_html(row: dict, delta_scale: float, adv_scale: float) -> str:
     spans = "".join(_token_span(row, i, delta_scale) for i in range(len(row["tokens"])))
     verdict = "correct" if row["kind"] in ("mixed_correct", "all_correct") else "wrong"
     return (
         f'<div class="resp"><div class="meta"><b>{row["kind"]}</b> ({verdict}) · reward {row["reward"]:g} · group '
-        f"difficulty {row['difficulty']} · row {row['row']} · uid {html.escape(row['uid'])} · colour scale ±"
-        f"{delta_scale:.3g} (δ), ±{adv_scale:.3g} (advantage change)</div>"
+        f"difficulty {row['difficulty']} · row {row['row']} · uid {html.escape(row['uid'])}</div>"
         f"<details><summary>prompt</summary><div class='prompt'>{html.escape(row['prompt'])}</div></details>"
         f"<details><summary>hint prompt</summary><div class='prompt'>{html.escape(row['hint_prompt'])}</div></details>"
         f'<div class="tokens" data-delta-scale="{delta_scale!r}" data-adv-scale="{adv_scale!r}">{spans}</div></div>'
@@ -116,21 +122,24 @@ def render_report(dumps: list[dict], per_kind: int = 2, title: str = "CPO token 
     sections = []
     for dump in dumps:
         rows = pick_rows(dump, per_kind)
-        body = "".join(_row_html(row) for row in rows) or "<p>(no rows)</p>"
+        delta_scale, adv_scale = colour_scales(rows)
+        body = "".join(_row_html(row, delta_scale, adv_scale) for row in rows) or "<p>(no rows)</p>"
         sections.append(
             f"<h2>step {dump['step']}</h2><p class='meta'>wrapper <code>{html.escape(dump['wrap_method'])}</code>, "
             f"α⁺ = {dump['pos_alpha']}, α⁻ = {dump['neg_alpha']}; {len(rows)} of {dump['batch_size']} responses; "
-            f"entropy: {html.escape(dump['entropy_source'])}</p>{body}"
+            f"entropy: {html.escape(dump['entropy_source'])}; full colour at |δ| = {delta_scale:.3g} and at "
+            f"|advantage change| = {adv_scale:.3g}</p>{body}"
         )
     return (
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{_STYLE}</style><script>{_SCRIPT}</script></head><body>"
         f"<h1>{html.escape(title)}</h1>"
         "<p>Each response token is coloured by <b id='mode'>δ = g − o</b>: blue where the hint-guided prompt makes the "
-        "sampled token more likely (g > o, or a positive advantage change), red where less; white is 0. Scales are "
-        "per response (shown above each). Hover a token for its exact values.</p>"
-        "<p><label><input type='radio' name='m' checked onclick=\"paint('delta')\"> δ = gw_log_probs − old_log_probs"
-        "</label> &nbsp; <label><input type='radio' name='m' onclick=\"paint('adv')\"> advantage change of the wrapper"
+        "sampled token more likely (g > o, or a positive advantage change), red where less; white is 0. One colour "
+        "scale per step (given under its title). Hover a token for its exact values.</p>"
+        "<p><label><input type='radio' name='m' id='m-delta' checked onclick=\"paint('delta')\"> δ = gw_log_probs − "
+        "old_log_probs</label> &nbsp; <label><input type='radio' name='m' id='m-adv' onclick=\"paint('adv')\"> "
+        "advantage change of the wrapper (open the page as report.html#adv to start with it)"
         "</label></p>" + "".join(sections) + "</body></html>"
     )
 
