@@ -220,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             "warm_start": warm_start_hash(warm_config),
             "overrides": args.overrides,
         }
+        plan = json.loads(json.dumps(plan))  # as read back from experiment.json (tuples become lists)
         output_dir = args.output_dir.resolve()
         prepare_output_dir(output_dir, plan, resume=args.resume, overwrite=args.overwrite)
     except ExperimentError as error:

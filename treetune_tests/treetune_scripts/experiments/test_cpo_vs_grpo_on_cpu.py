@@ -227,7 +227,8 @@ def test_credit_report_shows_the_dumped_token_values(quick_experiment):
     dumps = [
         json.loads((dump_dir / f"step_{step}.json").read_text()) for step in cpo_vs_grpo.QUICK_SCHEDULE.credit_steps
     ]
-    page = (quick_experiment / "credit_report.html").read_text()
+    with open(quick_experiment / "credit_report.html", newline="") as handle:  # keep "\r" tokens as written
+        page = handle.read()
     assert "http://" not in page and "https://" not in page  # self-contained
     spans = re.findall(
         r'<span class="tok" data-delta="([^"]+)" data-adv="([^"]+)" title="[^"]*"[^>]*>([^<]*)</span>', page
@@ -269,6 +270,7 @@ def test_resume_keeps_finished_runs_and_reruns_only_the_unfinished(quick_experim
 
     def fake_training(overrides, log_path, **kwargs):
         calls.append(log_path.parent.name)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
         (log_path.parent / "metrics.jsonl").write_text(saved_metrics)
         log_path.write_text("")
         return type("Run", (), {"returncode": 0, "wall_s": 1.0, "log_path": log_path})()
