@@ -69,6 +69,7 @@ _STEP_SUMMARY_KEYS = {
     "cpo_adv_shift": "actor/cpo/adv_delta_absmean",
     "hint_logratio": "cpo/gw_minus_old_absmean",
     "step_s": "timing_s/step",
+    "val_acc": VAL_ACC_KEY,
 }
 _ALWAYS_SHOWN = ("Error", "Traceback", "preflight", "Exception", "Final validation")
 

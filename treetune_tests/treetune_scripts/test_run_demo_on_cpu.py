@@ -65,3 +65,8 @@ def test_bad_override_stops_at_the_preflight_before_any_training(tmp_path, capsy
     code = run_demo.main(["--output-dir", str(tmp_path), "actor_rollout_ref.actor.fsdp_config.strategy=fsdp"])
     assert code == 2
     assert "set actor_rollout_ref.actor.fsdp_config.strategy=fsdp2" in capsys.readouterr().err
+
+
+def test_validation_accuracy_is_part_of_the_step_line():
+    line = "step:0 - val-core/tiny_arith/acc/mean@1:np.float64(0.265625) - val-aux/x:1"
+    assert run_demo.condense(line) == "step 0: val_acc=0.2656"
