@@ -75,7 +75,7 @@ class Schedule:
     credit_steps: tuple[int, ...]
 
 
-DEFAULT_SCHEDULE = Schedule(steps=30, test_freq=5, credit_steps=(1, 15, 30))
+DEFAULT_SCHEDULE = Schedule(steps=40, test_freq=5, credit_steps=(1, 20, 40))
 QUICK_SCHEDULE = Schedule(steps=3, test_freq=2, credit_steps=(1, 3))
 
 #: Identical for every method (the CPU profile, then the task's RL settings and hint wording).
@@ -185,7 +185,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--methods", default="grpo,cpo:seq_kl", help="grpo and cpo:<wrapper>, comma-separated")
     parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 3; --quick: 2)")
-    parser.add_argument("--steps", type=int, default=None, help="training steps per run (default 30; --quick: 3)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps per run (default 40; --quick: 3)")
     parser.add_argument("--quick", action="store_true", help="pipeline check: small warm start, 3 steps, 2 seeds")
     parser.add_argument("--output-dir", type=Path, default=DEFAULT_OUTPUT_DIR)
     parser.add_argument("--resume", action="store_true", help="keep finished runs, run the rest")
