@@ -70,7 +70,7 @@ def normalised_auc(curve: list[tuple[int, float]]) -> float:
 def summarize(rows: list[dict]) -> dict:
     """Per method: final validation accuracy, normalised AUC, steps to threshold, step time and its ratio to GRPO.
 
-    - final: validation accuracy at each seed's last validated step; mean ± sample std over seeds;
+    - first, final: validation accuracy at each seed's first / last validated step; mean ± sample std over seeds;
     - auc: :func:`normalised_auc` per seed; mean ± sample std;
     - threshold: mean over all runs of the first validated accuracy + :data:`THRESHOLD_MARGIN`; steps to threshold:
       per seed the first validated step whose accuracy >= threshold; mean over the seeds that reach it;
@@ -97,6 +97,7 @@ def summarize(rows: list[dict]) -> dict:
         step_time = statistics.fmean(step_times[m]) if step_times[m] else math.nan
         result["methods"][m] = {
             "seeds": len(seeds[m]),
+            "first": _mean_std([c[0][1] for c in method_curves]),
             "final": _mean_std([c[-1][1] for c in method_curves]),
             "auc": _mean_std([normalised_auc(c) for c in method_curves]),
             "steps_to_threshold": statistics.fmean(reached) if reached else None,
@@ -117,9 +118,10 @@ def summary_table(stats: dict) -> str:
     """The markdown table of :func:`summarize`'s result."""
     threshold = stats["threshold"]
     lines = [
-        f"| method | seeds | final val acc | val acc AUC | steps to val acc ≥ {threshold:.4f} | step time (s) "
+        "| method | seeds | first val acc | final val acc | val acc AUC "
+        f"| steps to val acc ≥ {threshold:.4f} | step time (s) "
         "| step-time ratio vs grpo |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for method, s in stats["methods"].items():
         to_threshold = (
@@ -127,7 +129,7 @@ def summary_table(stats: dict) -> str:
         )
         ratio = f"{s['step_time_ratio']:.3f}" if s["step_time_ratio"] is not None else "-"
         lines.append(
-            f"| {method} | {s['seeds']} | {_pm(s['final'])} | {_pm(s['auc'])} | {to_threshold} "
+            f"| {method} | {s['seeds']} | {_pm(s['first'])} | {_pm(s['final'])} | {_pm(s['auc'])} | {to_threshold} "
             f"| {s['step_time_s']:.3f} | {ratio} |"
         )
     return "\n".join(lines)
@@ -148,7 +150,8 @@ def write_summary(results_csv: Path | str, summary_md: Path | str, warm_info: di
         "# CPO vs GRPO: summary\n\n"
         f"{warm}{table}\n\n"
         "Definitions (all recomputable from `results.csv`, see `treetune_scripts/experiments/summary.py`): "
-        "mean ± sample std over seeds; final = validation accuracy at the last validated step; AUC = trapezoid area "
+        "mean ± sample std over seeds; first / final = validation accuracy at the first / last validated step; "
+        "AUC = trapezoid area "
         "under validation accuracy vs step divided by the step span; threshold = mean first validation accuracy of "
         f"all runs + {THRESHOLD_MARGIN}, steps averaged over the seeds that reach it (reached/seeds); step time = "
         "mean `step_time_s` of steps >= 2 per seed, averaged over seeds.\n"

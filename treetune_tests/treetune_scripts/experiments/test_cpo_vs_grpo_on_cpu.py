@@ -145,6 +145,7 @@ def test_summary_numbers_by_hand(tmp_path):
     assert (grpo["steps_to_threshold"], grpo["reached"]) == (2, 1)
     assert grpo["step_time_s"] == pytest.approx(3.0)  # step 1 (warm-up) left out
     assert cpo["final"] == pytest.approx((0.6, 0.0)) and cpo["step_time_ratio"] == pytest.approx(1.0)
+    assert grpo["first"] == pytest.approx((0.2, 0.0))
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -212,8 +213,10 @@ def test_summary_numbers_equal_those_recomputed_from_results_csv(quick_experimen
             area = sum((xs[i + 1] - xs[i]) * (ys[i] + ys[i + 1]) / 2 for i in range(len(xs) - 1))
             aucs.append(area / (xs[-1] - xs[0]))
         step_time = statistics.fmean(statistics.fmean(times[(method, s)]) for s in ("0", "1"))
-        seeds, final, auc, _, time_cell, ratio = by_method[method]
+        seeds, first, final, auc, _, time_cell, ratio = by_method[method]
         assert seeds == "2"
+        firsts = [c[0][1] for c in method_curves]
+        assert _numbers(first) == pytest.approx([statistics.fmean(firsts), statistics.stdev(firsts)], abs=1e-4)
         assert _numbers(final) == pytest.approx([statistics.fmean(finals), statistics.stdev(finals)], abs=1e-4)
         assert _numbers(auc) == pytest.approx([statistics.fmean(aucs), statistics.stdev(aucs)], abs=1e-4)
         assert float(time_cell) == pytest.approx(step_time, abs=1e-3)
