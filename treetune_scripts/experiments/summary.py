@@ -214,11 +214,29 @@ def plot_curves(results_csv: Path | str, png_path: Path | str) -> Path:
     return Path(png_path)
 
 
+def _warm_info(experiment_dir: Path) -> dict | None:
+    """The build info of the experiment's warm start, when it is in the default cache."""
+    import json
+
+    from treetune_scripts.experiments.warm_start import read_build_info
+    from treetune_scripts.make_tiny_assets import default_cache_root
+
+    plan_path = experiment_dir / "experiment.json"
+    if not plan_path.is_file():
+        return None
+    warm_dir = default_cache_root() / "warm_start" / json.loads(plan_path.read_text())["warm_start"]
+    return read_build_info(warm_dir) if (warm_dir / "build_info.json").is_file() else None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("experiment_dir", type=Path)
     args = parser.parse_args(argv)
-    print(write_summary(args.experiment_dir / "results.csv", args.experiment_dir / "summary.md"))
+    print(
+        write_summary(
+            args.experiment_dir / "results.csv", args.experiment_dir / "summary.md", _warm_info(args.experiment_dir)
+        )
+    )
     plot_curves(args.experiment_dir / "results.csv", args.experiment_dir / "curves.png")
 
 
