@@ -264,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
                     config_dir=CONFIG_DIR,
                     config_name="cpo_trainer",
                     timeout_s=args.run_timeout,
-                    env={"VERL_FILE_LOGGER_PATH": str(run_dir / METRICS_FILE)},
+                    # RAY_ADDRESS=local: always a fresh Ray instance, never another user's cluster on a shared box.
+                    env={"VERL_FILE_LOGGER_PATH": str(run_dir / METRICS_FILE), "RAY_ADDRESS": "local"},
                     echo=lambda line, name=name: _echo(name, condense(line)),
                     cwd=run_dir,
                 )
