@@ -1,5 +1,6 @@
 # treetune-verl: the two commands of the README, plus a few helpers.
 #   make demo [ARGS="key=value ..."]   CPU tiny run of the main recipe (writes outputs/demo/)
+#   make experiment [ARGS="--quick ..."]  CPO vs matched GRPO on CPU (writes outputs/experiments/cpo_vs_grpo/)
 #   make test                           CPU test tier
 #   make install-gpu ROLLOUT=vllm       GPU node: torch + serving engine + flash-attn + this project (or ROLLOUT=sglang)
 #   make check-gpu-install              resolve every GPU stack from the index in a throwaway environment
@@ -13,7 +14,7 @@ STAMP := $(VENV)/.treetune-installed
 CONSTRAINT := $(VENV)/torch-constraint.txt
 GPU_INSTALL := -m treetune_scripts.gpu_install
 
-.PHONY: install install-gpu check-gpu-install demo test test-gpu lint clean-assets
+.PHONY: install install-gpu check-gpu-install demo experiment test test-gpu lint clean-assets
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +40,9 @@ check-gpu-install: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m treetune_scripts.run_demo $(ARGS)
+
+experiment: $(STAMP)
+	$(PY) -m treetune_scripts.experiments.cpo_vs_grpo $(ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest -q $$(find treetune_tests -name 'test_*_on_cpu.py' | sort)

@@ -15,9 +15,11 @@
 
 Nothing can be downloaded from a model hub, so everything is generated locally and deterministically:
 
-- ``data/train.parquet`` and ``data/val.parquet``: synthetic one-step arithmetic word problems
-  ("Tom has 3 apples and buys 4 more. ...") in verl's RL schema, with ``extra_info.question`` and
-  ``extra_info.solution``.
+- ``data/train.parquet`` and ``data/val.parquet`` (and ``data/test.parquet`` when ``num_test > 0``): synthetic
+  arithmetic word problems in verl's RL schema, with ``extra_info.question`` and ``extra_info.solution``. Task
+  ``one_step`` (default): "Tom has 3 apples and buys 4 more. ..."; task ``chain``: ``min_ops``-``max_ops`` chained
+  operations ("Tom has 3 apples. He buys 4 more. Then he loses 2. ...") whose gold solution shows every
+  intermediate result ("3 + 4 = 7. 7 - 2 = 5. \\boxed{5}"); the CPO-vs-GRPO experiment uses it.
 - ``model/``: a byte-level BPE tokenizer trained on generated problem text (digits stay single tokens), wrapped in
   ``PreTrainedTokenizerFast`` with a ChatML chat template that understands Qwen3's ``enable_thinking``, saved next to a
   randomly initialised ``Qwen3ForCausalLM`` (~107k parameters, float32) and its ``generation_config.json``.
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -45,7 +48,7 @@ import tempfile
 from pathlib import Path
 
 # Bump whenever the builder changes what it writes: the cache key changes with it.
-BUILDER_VERSION = "tiny-assets-v2"
+BUILDER_VERSION = "tiny-assets-v3"
 CACHE_ENV_VAR = "TREETUNE_TINY_ASSETS_CACHE"
 DATA_SOURCE = "tiny_arith"
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -74,9 +77,13 @@ class TinyAssetsConfig:
     """Every parameter of a build; all of them go into the cache key."""
 
     seed: int = 0
+    task: str = "one_step"
     num_train: int = 64
     num_val: int = 16
+    num_test: int = 0
     max_answer: int = 20
+    min_ops: int = 2
+    max_ops: int = 4
     tokenizer_vocab_size: int = 1024
     tokenizer_corpus_problems: int = 2000
     hidden_size: int = 64
@@ -88,6 +95,12 @@ class TinyAssetsConfig:
     max_position_embeddings: int = 2048
     vocab_multiple: int = 64
     torch_dtype: str = "float32"
+
+    def __post_init__(self):
+        if self.task not in TASKS:
+            raise ValueError(f"TinyAssetsConfig.task={self.task!r} is unknown; use one of {', '.join(TASKS)}.")
+        if not 1 <= self.min_ops <= self.max_ops:
+            raise ValueError(f"TinyAssetsConfig needs 1 <= min_ops <= max_ops, got {self.min_ops}, {self.max_ops}.")
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -126,12 +139,57 @@ def _sample_problem(rng: random.Random, max_answer: int) -> dict:
     return {"question": question, "answer": answer, "solution": solution}
 
 
-def generate_problems(rng: random.Random, count: int, max_answer: int, exclude: set[str] | None = None) -> list[dict]:
-    """``count`` distinct problems whose questions are not in ``exclude``."""
+# Chained task: the first sentence sets the amount, each further sentence is one operation.
+_CHAIN_START = "{name} has {a} {items}."
+_CHAIN_OPS = [
+    ("{pron_cap} buys {b} more.", "+"),
+    ("{pron_cap} finds {b} more.", "+"),
+    ("{pron_cap} gets {b} more.", "+"),
+    ("{pron_cap} gives away {b}.", "-"),
+    ("{pron_cap} loses {b}.", "-"),
+]
+_CHAIN_QUESTION = "How many {items} does {pron} have now?"
+TASKS = ("one_step", "chain")
+
+
+def _sample_chain_problem(rng: random.Random, max_answer: int, min_ops: int, max_ops: int) -> dict:
+    """A problem of ``min_ops``..``max_ops`` chained operations; every intermediate amount lies in [0, max_answer]."""
+    name, pronoun = rng.choice(_NAMES)
+    items = rng.choice(_ITEMS)
+    amount = rng.randint(1, max_answer)
+    sentences = [_CHAIN_START.format(name=name, a=amount, items=items)]
+    steps = []
+    for position in range(rng.randint(min_ops, max_ops)):
+        template, operator = rng.choice(_CHAIN_OPS)
+        if operator == "+" and amount >= max_answer:
+            template, operator = _CHAIN_OPS[3]
+        elif operator == "-" and amount == 0:
+            template, operator = _CHAIN_OPS[0]
+        change = rng.randint(1, max_answer - amount) if operator == "+" else rng.randint(1, amount)
+        result = amount + change if operator == "+" else amount - change
+        sentence = template.format(pron_cap=pronoun.capitalize(), b=change)
+        sentences.append(sentence if position == 0 else "Then " + sentence[0].lower() + sentence[1:])
+        steps.append(f"{amount} {operator} {change} = {result}.")
+        amount = result
+    sentences.append(_CHAIN_QUESTION.format(items=items, pron=pronoun))
+    solution = " ".join(steps) + f" \\boxed{{{amount}}}"
+    return {"question": " ".join(sentences), "answer": amount, "solution": solution}
+
+
+def generate_problems(
+    rng: random.Random, count: int, config: TinyAssetsConfig, exclude: set[str] | None = None
+) -> list[dict]:
+    """``count`` distinct problems of ``config.task`` whose questions are not in ``exclude``."""
+    if config.task == "chain":
+        sample = functools.partial(
+            _sample_chain_problem, max_answer=config.max_answer, min_ops=config.min_ops, max_ops=config.max_ops
+        )
+    else:
+        sample = functools.partial(_sample_problem, max_answer=config.max_answer)
     seen = set(exclude or ())
     problems = []
     while len(problems) < count:
-        problem = _sample_problem(rng, max_answer)
+        problem = sample(rng)
         if problem["question"] not in seen:
             seen.add(problem["question"])
             problems.append(problem)
@@ -288,20 +346,20 @@ def _write_assets(config: TinyAssetsConfig, out_dir: Path) -> None:
     """Write data/ and model/ for ``config`` into the (empty) folder ``out_dir``."""
     from transformers import GenerationConfig
 
-    train_problems = generate_problems(random.Random(config.seed), config.num_train, config.max_answer)
+    train_problems = generate_problems(random.Random(config.seed), config.num_train, config)
     val_problems = generate_problems(
-        random.Random(config.seed + 1),
-        config.num_val,
-        config.max_answer,
-        exclude={p["question"] for p in train_problems},
+        random.Random(config.seed + 1), config.num_val, config, exclude={p["question"] for p in train_problems}
     )
     _write_parquet(_to_rl_rows(train_problems, "train"), out_dir / "data" / "train.parquet")
     _write_parquet(_to_rl_rows(val_problems, "test"), out_dir / "data" / "val.parquet")
+    test_problems = []
+    if config.num_test > 0:
+        held_out = {p["question"] for p in train_problems + val_problems}
+        test_problems = generate_problems(random.Random(config.seed + 3), config.num_test, config, exclude=held_out)
+        _write_parquet(_to_rl_rows(test_problems, "test"), out_dir / "data" / "test.parquet")
 
-    corpus_problems = generate_problems(
-        random.Random(config.seed + 2), config.tokenizer_corpus_problems, config.max_answer
-    )
-    corpus = [_render_chat(p) for p in train_problems + val_problems + corpus_problems]
+    corpus_problems = generate_problems(random.Random(config.seed + 2), config.tokenizer_corpus_problems, config)
+    corpus = [_render_chat(p) for p in train_problems + val_problems + test_problems + corpus_problems]
     corpus += instruction_corpus() * 50  # frequent enough for BPE to merge whole words
     tokenizer = build_tokenizer(corpus, config.tokenizer_vocab_size)
 

@@ -15,14 +15,17 @@
 
 Steps:
 
-1. build (or reuse) the tiny model, tokenizer and datasets (``treetune_scripts.make_tiny_assets``);
+1. build (or reuse) the warm-started model and its task data (``treetune_scripts.experiments.warm_start``: a small
+   Qwen3 fine-tuned by verl's SFT trainer on the chained-arithmetic task; the first build takes minutes, then it is
+   cached), so that the reward and the validation accuracy move within a few steps;
 2. compose the run config and check it (``treetune_verl.preflight``): bad input stops here with one clear message;
 3. run the trainer as a subprocess (default: the CPO recipe, ``treetune_recipe.cpo.main_cpo`` with ``cpo_trainer``
    and ``platform=cpu``; ``--entry-module verl.trainer.main_ppo --config-dir treetune_verl/config --config-name
    ppo_trainer_cpu`` runs upstream GRPO instead), streaming progress to the console and the full log to
    ``<output-dir>/train.log`` (appended to, one header line per run); metrics go to ``<output-dir>/metrics.jsonl``
    (verl's file logger; a resumed run keeps the earlier steps, a fresh one starts the file anew);
-4. plot ``<output-dir>/learning_curve.png`` and print a summary with wall time, step times and peak memory.
+4. plot ``<output-dir>/learning_curve.png`` (reward and validation accuracy, CPO shaping magnitude, step time) and
+   ``<output-dir>/all_metrics.png`` (every metric), and print a summary with wall time, step times and peak memory.
 
 Usage::
 
@@ -39,15 +42,23 @@ import sys
 import time
 from pathlib import Path
 
+from treetune_scripts.experiments.warm_start import HINT_OVERRIDES, TASK_RL_OVERRIDES, VAL_ACC_KEY
 from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, launch_training, read_metrics, tiny_run_overrides
 
 DEFAULT_OUTPUT_DIR = Path("outputs/demo")
 DEFAULT_ENTRY_MODULE = "treetune_recipe.cpo.main_cpo"
 DEFAULT_CONFIG_DIR = Path(__file__).resolve().parents[1] / "treetune_recipe" / "cpo" / "config"
 DEFAULT_CONFIG_NAME = "cpo_trainer"
-# The demo always runs on the CPU backend; a larger learning rate than the profile's lets the tiny model move
-# visibly within a few steps.
-DEMO_OVERRIDES = ["platform=cpu", "actor_rollout_ref.actor.optim.lr=1e-3"]
+# The demo always runs on the CPU backend, with the warm start's task settings; validation every 5 steps.
+DEMO_OVERRIDES = ["platform=cpu", *TASK_RL_OVERRIDES, "trainer.test_freq=5"]
+# The curves a researcher reads first (learning_curve.png); all_metrics.png has every metric.
+KEY_CURVES = [
+    "critic/score/mean",
+    VAL_ACC_KEY,
+    "actor/cpo/adv_delta_absmean",
+    "cpo/gw_minus_old_absmean",
+    "timing_s/step",
+]
 _STEP_LINE = re.compile(r"step:(\d+) - (.*)")
 # A console value is a plain number or, with numpy 2, its repr (``np.float64(0.25)``).
 _VALUE = re.compile(r"(?:np\.\w+\()?([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf)\)?")
@@ -59,6 +70,7 @@ _STEP_SUMMARY_KEYS = {
     "cpo_adv_shift": "actor/cpo/adv_delta_absmean",
     "hint_logratio": "cpo/gw_minus_old_absmean",
     "step_s": "timing_s/step",
+    "val_acc": VAL_ACC_KEY,
 }
 _ALWAYS_SHOWN = ("Error", "Traceback", "preflight", "Exception", "Final validation")
 
@@ -74,6 +86,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--verbose", action="store_true", help="stream the trainer's full output")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides (key=value), applied last")
     return parser.parse_args(argv)
+
+
+def demo_start() -> Path:
+    """The warm start the demo trains from (built on first use, then cached)."""
+    from treetune_scripts.experiments.warm_start import DEFAULT_WARM_START, build_warm_start, read_build_info
+
+    print("[demo] warm start (built once, then cached) ...", flush=True)
+    warm_dir = build_warm_start(DEFAULT_WARM_START)
+    info = read_build_info(warm_dir)
+    print(
+        f"[demo] warm start {warm_dir}: greedy val acc {info['val_acc_plain']:.3f} plain, "
+        f"{info['val_acc_hint']:.3f} hinted"
+    )
+    return warm_dir
 
 
 def compose_config(config_dir: Path, config_name: str, overrides: list[str]):
@@ -114,12 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     # Kept across runs: the trainer drops the steps a resume recomputes and appends (treetune_verl.run_folder).
     metrics_path = output_dir / METRICS_FILE
 
-    from treetune_scripts.make_tiny_assets import build_tiny_assets
-
-    assets_dir = build_tiny_assets()
-    print(f"[demo] tiny assets: {assets_dir}")
+    assets_dir = demo_start()
     overrides = tiny_run_overrides(assets_dir, output_dir, total_training_steps=args.steps, experiment_name="demo")
-    overrides += [*DEMO_OVERRIDES, f"hydra.run.dir={output_dir / 'hydra'}", *args.overrides]
+    hint = HINT_OVERRIDES if args.config_name == DEFAULT_CONFIG_NAME else []
+    overrides += [*DEMO_OVERRIDES, *hint, f"hydra.run.dir={output_dir / 'hydra'}", *args.overrides]
 
     from treetune_verl.preflight import PreflightError, check_run_config
 
@@ -159,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from treetune_scripts.plot_metrics import plot_metrics, summarize_metrics
 
-    png = plot_metrics(metrics_path, output_dir / "learning_curve.png")
+    png = plot_metrics(metrics_path, output_dir / "learning_curve.png", keys=KEY_CURVES)
+    plot_metrics(metrics_path, output_dir / "all_metrics.png")
     print(summarize_metrics(metrics_path))
     times = step_times(metrics_path)
     later = [seconds for step, seconds in times if step > 1]

@@ -289,6 +289,61 @@ def _patch_attention_utils(module: ModuleType) -> None:
     module._get_attention_functions = _get_attention_functions
 
 
+class _GcWithoutCollect(ModuleType):
+    """The ``gc`` module, except that ``collect()`` does nothing (every other attribute is the real one)."""
+
+    def __init__(self):
+        super().__init__("gc")
+
+    def __getattr__(self, name: str):
+        import gc
+
+        return getattr(gc, name)
+
+    @staticmethod
+    def collect(generation: int = 2) -> int:
+        return 0
+
+
+#: Modules whose module-level ``gc`` is replaced on CPU, and the upstream callers of ``gc.collect()`` in them.
+_NO_FULL_GC_MODULES = (
+    # SYNC WARNING: verl/workers/engine/fsdp/transformer_impl.py:FSDPEngine.to (l.673, gc.collect() when the target is
+    # get_device_name(); on CPU that is true both entering and leaving every train/eval context)
+    "verl.workers.engine.fsdp.transformer_impl",
+    # SYNC WARNING: verl/utils/memory_utils.py:aggressive_empty_cache (l.50, gc.collect() up to max_retries times; the
+    # device module torch.cpu reports itself available, so it runs on every weight sync and SFT validation)
+    "verl.utils.memory_utils",
+)
+
+
+def _patch_skip_full_gc(module: ModuleType) -> None:
+    """Make verl's explicit full collections no-ops in ``module`` (CPU only).
+
+    Fixes: on CPU the FSDP engine calls ``gc.collect()`` entering *and* leaving each train/eval context, and
+    ``aggressive_empty_cache`` collects on every weight sync; in a process holding a Ray worker and torch each full
+    collection takes ~0.3-0.4 s, a third of a tiny RL step and most of a tiny SFT step. Their purpose is to return
+    accelerator memory, which does not exist here; Python's automatic generational collection keeps running, and no
+    computed number changes. Only the name ``gc`` inside these verl modules is rebound: ``gc.collect()`` elsewhere
+    (the project, torch, Ray) is untouched.
+    """
+    if isinstance(module.__dict__.get("gc"), _GcWithoutCollect):
+        return
+    module.gc = _GcWithoutCollect()
+
+
+#: Set to 1 to keep verl's full collections on CPU (for A/B timing: ``treetune_scripts/bench_cpu_gc.py``).
+KEEP_VERL_GC_ENV = "TREETUNE_KEEP_VERL_GC"
+
+
+def apply_skip_full_gc() -> None:
+    """Make the explicit ``gc.collect()`` calls of verl's FSDP engine and memory helpers no-ops (CPU only)."""
+    if os.environ.get(KEEP_VERL_GC_ENV) == "1":
+        return
+    require_verl_version("skip_full_gc")
+    for module_name in _NO_FULL_GC_MODULES:
+        run_after_import(module_name, _patch_skip_full_gc)
+
+
 def apply_cpu_device_patches() -> None:
     """Apply every CPU-device patch in this process; does nothing when an accelerator is present."""
     if accelerator_available():
@@ -297,6 +352,7 @@ def apply_cpu_device_patches() -> None:
     _apply_once("noop_pin_memory", _patch_pin_memory)
     _apply_once("torch_cpu_memory_api", _patch_torch_cpu_namespace)
     apply_pure_torch_attention_utils()
+    apply_skip_full_gc()
 
 
 def flash_attn_installed() -> bool:

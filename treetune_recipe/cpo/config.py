@@ -73,6 +73,11 @@ class CPOConfig:
         metadata={"help": "Hint-prompt settings (owned by the hint builder; passed through unvalidated here)."},
     )
 
+    credit_dump: dict = field(
+        default_factory=dict,
+        metadata={"help": "Token-credit dump settings (owned by cpo_credit_dump.CreditDumpConfig; off by default)."},
+    )
+
     def __post_init__(self):
         _check_choice("wrap_method", self.wrap_method, CPO_WRAPPERS)
         _check_choice("loss_position", self.loss_position, LOSS_POSITIONS)
@@ -85,6 +90,9 @@ class CPOConfig:
         if not isinstance(self.hint, Mapping):
             raise ValueError(f"cpo.hint must be a mapping, got {type(self.hint).__name__}.")
         self.hint = dict(self.hint)
+        if not isinstance(self.credit_dump, Mapping):
+            raise ValueError(f"cpo.credit_dump must be a mapping, got {type(self.credit_dump).__name__}.")
+        self.credit_dump = dict(self.credit_dump)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None) -> "CPOConfig":

@@ -161,6 +161,11 @@ class HintConfig:
             raise ValueError(f"Unknown cpo.hint key(s) {unknown}; valid keys: {sorted(known)}.")
         return cls(**config)
 
+    def chat_messages(self, question: str, solution: str) -> list[dict[str, str]]:
+        """The hint prompt's chat messages: the system message (if set), then the filled user template."""
+        head = [{"role": "system", "content": self.system}] if self.system else []
+        return [*head, {"role": "user", "content": fill_user_template(self.user_template, question, solution)}]
+
     def resolve(self, data_max_prompt_length: int) -> HintConfig:
         """Return a copy whose ``max_prompt_length`` is set (``data_max_prompt_length + margin`` when null)."""
         if self.max_prompt_length is not None:
@@ -355,15 +360,14 @@ class _HintRenderer:
 
     def __call__(self, questions: Sequence[str], solutions: Sequence[str]) -> list[list[int]]:
         system = self.config.system
-        users = [fill_user_template(self.config.user_template, q, s) for q, s in zip(questions, solutions)]
         if self.has_chat_template:
-            head = [{"role": "system", "content": system}] if system else []
-            conversations = [[*head, {"role": "user", "content": user}] for user in users]
+            conversations = [self.config.chat_messages(q, s) for q, s in zip(questions, solutions)]
             texts = self.tokenizer.apply_chat_template(
                 conversations, tokenize=False, add_generation_prompt=True, **self.template_kwargs
             )
             add_special_tokens = False  # the chat template writes its own BOS, as transformers does when tokenizing
         else:
+            users = [fill_user_template(self.config.user_template, q, s) for q, s in zip(questions, solutions)]
             texts = [f"{system}\n\n{user}\n\n" if system else f"{user}\n\n" for user in users]
             add_special_tokens = True
         return self.tokenizer(texts, add_special_tokens=add_special_tokens, return_attention_mask=False)["input_ids"]

@@ -46,6 +46,7 @@ from treetune_recipe.cpo.cpo_core_algos import (  # importing registers the "cpo
     mutual_information,
     rows_reading_hint,
 )
+from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig, maybe_dump_credit
 from treetune_recipe.cpo.cpo_hint import HintConfig, build_hint_batch
 from treetune_recipe.cpo.cpo_loss import cpo_ppo_loss
 from treetune_recipe.cpo.preflight import check_cpo_config, cpo_is_enabled
@@ -63,6 +64,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RayPPOTrainer):
             check_cpo_config(self.config)
             self.cpo_config = CPOConfig.from_config(self.config.cpo)
             self.hint_config = HintConfig.from_config(self.cpo_config.hint).resolve(self.config.data.max_prompt_length)
+            self.credit_dump_config = CreditDumpConfig.from_config(self.cpo_config.credit_dump)
 
     def init_workers(self):
         super().init_workers()
@@ -87,10 +89,17 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RayPPOTrainer):
             success_value=self.cpo_config.success_value,
         )
 
-        gw_log_probs, scored_rows, hint_metrics = self._hint_log_probs(batch, seq_rewards, difficulty, timing)
+        # A credit-dump step scores every row under the hint, so the dump shows the real δ of each response it keeps
+        # (the shaped advantages are the same either way: cpo_core_algos.rows_reading_hint).
+        dump_step = self.global_steps in self.credit_dump_config.steps
+        gw_log_probs, scored_rows, hint_metrics, hint_batch = self._hint_log_probs(
+            batch, seq_rewards, difficulty, timing, score_all=dump_step
+        )
         batch.batch["gw_log_probs"] = gw_log_probs
         batch.batch["seq_rewards"] = seq_rewards
         batch.batch["difficulty"] = difficulty
+        if dump_step:
+            maybe_dump_credit(self, batch, hint_batch)
 
         # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._update_actor returns metrics in
         # meta_info["metrics"] and prefixes the loss's metrics with "actor/"; fit() reduces and logs them.
@@ -105,19 +114,28 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RayPPOTrainer):
         return actor_output
 
     def _hint_log_probs(
-        self, batch: DataProto, seq_rewards: torch.Tensor, difficulty: torch.Tensor, timing: dict[str, float]
-    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+        self,
+        batch: DataProto,
+        seq_rewards: torch.Tensor,
+        difficulty: torch.Tensor,
+        timing: dict[str, float],
+        score_all: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float], DataProto | None]:
         """``gw_log_probs`` of the batch: the rows that read them scored under the hint, ``old_log_probs`` elsewhere.
 
         Rows without a solution (``cpo.hint.on_missing=skip``) also keep their ``old_log_probs``: log-ratio 0. A step
         where no row reads the hint runs neither the hint-batch build nor the hinted pass.
 
+        Args:
+            score_all: score every row, as with ``cpo.hint.rescore=all`` (credit-dump steps).
+
         Returns:
-            ``(gw_log_probs [B, T], scored_rows bool [B], metrics)``; ``scored_rows`` are the rows really scored
-            under a hint prompt; ``metrics`` has ``cpo/hint_rows_frac`` and, when a pass ran, the hint-batch metrics.
+            ``(gw_log_probs [B, T], scored_rows bool [B], metrics, hint_batch)``; ``scored_rows`` are the rows really
+            scored under a hint prompt; ``metrics`` has ``cpo/hint_rows_frac`` and, when a pass ran, the hint-batch
+            metrics; ``hint_batch`` holds the hint prompts of the selected rows (None when no pass ran).
         """
         old_log_probs = batch.batch["old_log_probs"]
-        if self.hint_config.rescore == "all":
+        if self.hint_config.rescore == "all" or score_all:
             rows = torch.ones(len(batch), dtype=torch.bool)
         else:
             rows = rows_reading_hint(
@@ -127,7 +145,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RayPPOTrainer):
         gw_log_probs = old_log_probs.clone()
         scored_rows = torch.zeros(len(batch), dtype=torch.bool)
         if not rows.any():
-            return gw_log_probs, scored_rows, metrics
+            return gw_log_probs, scored_rows, metrics, None
 
         selected = batch if rows.all() else batch.select_idxs(rows)
         with marked_timer("cpo_hint_batch", timing):
@@ -145,7 +163,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RayPPOTrainer):
         )
         gw_log_probs[rows] = hinted
         scored_rows[rows] = ~hint_missing
-        return gw_log_probs, scored_rows, {**metrics, **build_metrics}
+        return gw_log_probs, scored_rows, {**metrics, **build_metrics}, hint_batch
 
     def _score_hint_batch(self, hint_batch: DataProto) -> torch.Tensor:
         """Log-probs ``[N, T]`` of the hint batch's responses from the actor, through verl's old-log-prob pass.

@@ -20,6 +20,7 @@ import os
 from collections.abc import Mapping
 
 from treetune_recipe.cpo.config import CPOConfig
+from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig
 from treetune_recipe.cpo.cpo_hint import HintConfig, hint_question, hint_solution, shortest_hint_prompt_lengths
 
 CPO_ESTIMATOR = "cpo"
@@ -48,7 +49,9 @@ def check_cpo_config(config) -> None:
             "CPO advantage wrappers read the current-policy token entropy; "
             "set actor_rollout_ref.actor.calculate_entropy=true."
         )
-    HintConfig.from_config(CPOConfig.from_config(config.cpo).hint)  # validates every cpo.* and cpo.hint.* key
+    cpo_config = CPOConfig.from_config(config.cpo)  # validates every cpo.* key
+    HintConfig.from_config(cpo_config.hint)
+    CreditDumpConfig.from_config(cpo_config.credit_dump)
 
 
 def check_cpo_run(config, tokenizer=None) -> None:

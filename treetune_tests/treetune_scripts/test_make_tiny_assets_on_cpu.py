@@ -262,3 +262,49 @@ def test_verl_dataset_reads_the_data(assets_dir):
     assert len(dataset) == 16
     item = dataset[3]
     assert item["data_source"] == "tiny_arith" and item["reward_model"]["ground_truth"].isdigit()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The chain task (multi-step problems of the CPO-vs-GRPO experiment)
+# ----------------------------------------------------------------------------------------------------------------------
+
+_STEP = re.compile(r"(\d+) ([+-]) (\d+) = (\d+)\.")
+
+
+def test_chain_problems_show_every_intermediate_result_and_box_the_last():
+    import random
+
+    config = TinyAssetsConfig(task="chain", max_answer=15, min_ops=2, max_ops=4)
+    problems = make_tiny_assets.generate_problems(random.Random(3), 300, config)
+    lengths = set()
+    for problem in problems:
+        steps = _STEP.findall(problem["solution"])
+        lengths.add(len(steps))
+        start = int(re.search(r"has (\d+) ", problem["question"])[1])
+        amount = start
+        for a, operator, b, result in steps:
+            assert int(a) == amount and 0 <= int(result) <= 15
+            amount = amount + int(b) if operator == "+" else amount - int(b)
+            assert int(result) == amount
+            assert f" {b}" in problem["question"]
+        assert problem["solution"].endswith(f"\\boxed{{{amount}}}") and problem["answer"] == amount
+    assert lengths == {2, 3, 4}
+
+
+def test_chain_assets_have_disjoint_train_val_test_splits(tmp_path):
+    config = TinyAssetsConfig(task="chain", num_train=40, num_val=10, num_test=12, tokenizer_corpus_problems=50)
+    built = build_tiny_assets(tmp_path, config=config)
+    splits = {name: pd.read_parquet(built / "data" / f"{name}.parquet") for name in ("train", "val", "test")}
+    questions = {name: {row["question"] for row in frame["extra_info"]} for name, frame in splits.items()}
+    assert [len(questions[name]) for name in ("train", "val", "test")] == [40, 10, 12]
+    assert not (questions["train"] & questions["val"] or questions["train"] & questions["test"])
+    assert not questions["val"] & questions["test"]
+    assert all("\\boxed{" in row["solution"] for row in splits["test"]["extra_info"])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"), [({"task": "nope"}, "task='nope'"), ({"min_ops": 3, "max_ops": 2}, "min_ops")]
+)
+def test_bad_task_parameters_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        TinyAssetsConfig(**kwargs)

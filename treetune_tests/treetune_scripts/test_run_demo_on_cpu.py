@@ -18,6 +18,7 @@ import json
 import pytest
 
 from treetune_scripts import run_demo
+from treetune_scripts.make_tiny_assets import build_tiny_assets
 from treetune_verl.cpu_backend.tiny_run import TrainingRun
 from treetune_verl.preflight import accelerator_available
 
@@ -60,6 +61,8 @@ def test_bad_override_stops_at_the_preflight_before_any_training(tmp_path, capsy
         raise AssertionError("training must not start")
 
     monkeypatch.setattr(run_demo, "launch_training", no_training)
+    # The preflight needs a real model folder and data; the tiny assets stand in for the (minutes to build) warm start.
+    monkeypatch.setattr(run_demo, "demo_start", build_tiny_assets)
     code = run_demo.main(["--output-dir", str(tmp_path), "actor_rollout_ref.actor.fsdp_config.strategy=fsdp"])
     assert code == 2
     assert "set actor_rollout_ref.actor.fsdp_config.strategy=fsdp2" in capsys.readouterr().err
@@ -79,7 +82,13 @@ def test_row3_a_resumed_demo_keeps_the_earlier_metrics_and_plots_the_whole_histo
         return TrainingRun(returncode=0, wall_s=1.0, peak_rss_bytes=0, timed_out=False, log_path=log_path)
 
     monkeypatch.setattr(run_demo, "launch_training", resumed_training)
+    monkeypatch.setattr(run_demo, "demo_start", build_tiny_assets)  # the warm start is not what this test is about
     assert run_demo.main(["--output-dir", str(tmp_path), "--steps", "3"]) == 0
     assert [step for step, _ in run_demo.step_times(metrics_path)] == [1, 2, 3]
     assert seen["append_log"] is True  # the earlier run's log lines stay in train.log
     assert (tmp_path / "learning_curve.png").stat().st_size > 0
+
+
+def test_validation_accuracy_is_part_of_the_step_line():
+    line = "step:0 - val-core/tiny_arith/acc/mean@1:np.float64(0.265625) - val-aux/x:1"
+    assert run_demo.condense(line) == "step 0: val_acc=0.2656"

@@ -55,8 +55,16 @@ BATCH_WINDOW_S = 0.01
 #: Environment variable setting the server's torch thread count. Unset: torch's default in a Ray actor (Ray sets
 #: OMP_NUM_THREADS=1), which is fastest for tiny models on few cores; raise it for larger models.
 THREADS_ENV = "TREETUNE_HF_SERVER_THREADS"
-#: Seed of the server's sampling RNG (plus the replica rank), so that a run's rollouts are reproducible.
+#: Seed of the server's sampling RNG (plus the replica rank), so that a run's rollouts are reproducible; a run sets
+#: another one with ``++actor_rollout_ref.rollout.engine_kwargs.hf.seed=<int>``.
 SAMPLING_SEED = 1234
+
+
+def sampling_seed(rollout_config) -> int:
+    """``actor_rollout_ref.rollout.engine_kwargs.hf.seed`` if set, else :data:`SAMPLING_SEED`."""
+    hf_kwargs = (getattr(rollout_config, "engine_kwargs", None) or {}).get("hf") or {}
+    seed = hf_kwargs.get("seed")
+    return SAMPLING_SEED if seed is None else int(seed)
 
 
 def server_actor_name(replica_rank: int, is_reward_model: bool = False) -> str:
@@ -110,7 +118,7 @@ class HFGenerationServer:
         self._pending: list[_Request] = []
         self._batcher: asyncio.Task | None = None
         self._model_lock = asyncio.Lock()
-        self._generator = torch.Generator().manual_seed(SAMPLING_SEED + replica_rank)
+        self._generator = torch.Generator().manual_seed(sampling_seed(self.config) + replica_rank)
 
     def _resolve_max_model_len(self) -> int:
         positions = getattr(self.model.config, "max_position_embeddings", None)

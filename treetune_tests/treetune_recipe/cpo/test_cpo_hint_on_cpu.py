@@ -421,3 +421,12 @@ def test_hint_config_from_config_resolve_and_validation():
         HintConfig(max_prompt_length_margin=-1)
     with pytest.raises(TypeError, match="mapping"):
         HintConfig.from_config(["on_missing"])
+
+
+def test_chat_messages_are_the_system_and_the_filled_template():
+    config = HintConfig(system="S", user_template="Q={question} A={solution} {x}")
+    assert config.chat_messages("2+2", "4") == [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "Q=2+2 A=4 {x}"},
+    ]
+    assert HintConfig(system=None).chat_messages("q", "s")[0]["role"] == "user"

@@ -155,3 +155,13 @@ def test_server_implements_every_lifecycle_call_of_the_replica_and_manager(serve
 def test_multimodal_input_is_refused_with_a_clear_error(server):
     with pytest.raises(NotImplementedError, match="text-only"):
         asyncio.run(server.generate(prompt_ids=[1, 2], sampling_params={}, request_id="x", image_data=[object()]))
+
+
+def test_sampling_seed_comes_from_the_hf_engine_kwargs():
+    from types import SimpleNamespace
+
+    from treetune_verl.cpu_backend.hf_server import SAMPLING_SEED, sampling_seed
+
+    assert sampling_seed(SimpleNamespace(engine_kwargs={})) == SAMPLING_SEED
+    assert sampling_seed(SimpleNamespace(engine_kwargs={"hf": {"seed": 7}})) == 7
+    assert sampling_seed(SimpleNamespace(engine_kwargs={"hf": {"seed": None}, "vllm": {}})) == SAMPLING_SEED

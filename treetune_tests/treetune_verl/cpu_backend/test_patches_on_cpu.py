@@ -111,6 +111,21 @@ def test_validate_config_is_wrapped_with_the_preflight():
     assert {"gloo_process_group", "noop_pin_memory", "torch_cpu_memory_api"} <= patches.applied_patches()
 
 
+def test_verl_full_collections_are_no_ops_on_cpu_and_nowhere_else(monkeypatch):
+    import gc
+
+    from verl.utils import memory_utils
+    from verl.workers.engine.fsdp import transformer_impl
+
+    calls = []
+    monkeypatch.setattr(gc, "collect", lambda *args: calls.append(args) or 7)
+    assert transformer_impl.gc.collect() == 0 and memory_utils.gc.collect() == 0
+    assert calls == []
+    # Every other attribute is the real module's, and gc.collect outside those verl modules still collects.
+    assert transformer_impl.gc.get_threshold() == gc.get_threshold()
+    assert gc.collect() == 7 and calls == [()]
+
+
 def test_version_guard_refuses_another_verl(monkeypatch):
     import treetune_verl.version as version
 

@@ -133,3 +133,14 @@ def compute_score_half_correct(data_source, solution_str: str, ground_truth, ext
     if zlib.crc32((solution_str or "").encode()) % 2 == 0:
         return {"score": CORRECT_SCORE, "acc": True}
     return result
+
+
+def compute_binary_score(data_source, solution_str: str, ground_truth, extra_info=None, **kwargs) -> dict:
+    """verl custom reward: +1.0 for a correct final answer, -1.0 otherwise (no dense term).
+
+    For tasks a warm-started model already solves sometimes: GRPO has signal without shaping, and the CPO wrappers
+    see the ``r == 1`` / ``r == -1`` rewards they are written for. Same arguments and return keys as
+    :func:`compute_score`.
+    """
+    correct = is_correct(extract_answer(solution_str or ""), ground_truth)
+    return {"score": CORRECT_SCORE if correct else WRONG_SCORE_MIN, "acc": correct}

@@ -130,3 +130,12 @@ def test_half_correct_stands_in_for_a_model_right_about_half_the_time():
     # A response with the right answer is always correct.
     odd = next(text for text in (f"\\boxed{{7}}{' ' * k}" for k in range(9)) if zlib.crc32(text.encode()) % 2)
     assert tiny_arith.compute_score_half_correct("tiny_arith", odd, "7") == {"score": 1.0, "acc": True}
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [("3 + 4 = 7. \\boxed{7}", (1.0, True)), ("3 + 4 = 8. \\boxed{8}", (-1.0, False)), ("", (-1.0, False))],
+)
+def test_binary_score_is_plus_or_minus_one(response, expected):
+    result = tiny_arith.compute_binary_score("tiny_arith", response, "7")
+    assert (result["score"], result["acc"]) == expected

@@ -1,0 +1,191 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Token-credit dump (``cpo.credit_dump.*``): what CPO credits, token by token, at chosen steps.
+
+At each step listed in ``cpo.credit_dump.steps`` the trainer (on the driver, right before the actor update) writes
+``<dir>/step_<N>.json`` holding up to ``max_rows`` responses, chosen round-robin from four kinds (correct and wrong
+responses of mixed groups, responses of all-wrong and of all-correct groups) so that each kind is shown. Per response:
+the plain prompt, the hint prompt, the reward, the group difficulty and, per response token, its text, ``o``
+(``old_log_probs``), ``g`` (``gw_log_probs``), ``δ = g − o``, the entropy, the GRPO advantage ``A`` and the
+advantage after the configured wrapper.
+
+The wrapper needs the token entropy; the loss uses the current policy's entropy of each update micro-batch, which the
+driver never sees. The dump recomputes the entropy with one extra forward pass of the actor on the plain batch
+(before the update, so it is the old policy's; identical to the loss's for the first mini-batch of the first epoch).
+At a listed step the trainer also scores every row under the hint (as ``cpo.hint.rescore=all`` would), so the dump
+shows the real ``δ`` of each response it keeps. These passes and the file are the whole cost, paid only at the
+listed steps: with ``steps: []`` (default) nothing runs. ``treetune_scripts/credit_report.py`` turns the files into one HTML page.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from treetune_recipe.cpo.cpo_core_algos import get_cpo_wrapper
+
+#: Row kinds, in the order rows are picked round-robin (difficulty label, correct?).
+ROW_KINDS = {"mixed_correct": (0, True), "mixed_wrong": (0, False), "all_wrong": (-1, False), "all_correct": (1, True)}
+DUMP_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class CreditDumpConfig:
+    """``cpo.credit_dump.*``."""
+
+    steps: tuple[int, ...] = ()
+    dir: str | None = None
+    max_rows: int = 32
+
+    def __post_init__(self):
+        steps = tuple(self.steps or ())
+        if any(isinstance(step, bool) or not isinstance(step, int) or step < 1 for step in steps):
+            raise ValueError(f"cpo.credit_dump.steps must be a list of training steps >= 1, got {list(steps)}.")
+        object.__setattr__(self, "steps", steps)
+        if not isinstance(self.max_rows, int) or self.max_rows < 1:
+            raise ValueError(f"cpo.credit_dump.max_rows must be an integer >= 1, got {self.max_rows!r}.")
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any] | None) -> CreditDumpConfig:
+        config = dict(config or {})
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(config) - known)
+        if unknown:
+            raise ValueError(f"Unknown cpo.credit_dump key(s) {unknown}; valid keys: {sorted(known)}.")
+        return cls(**config)
+
+    def output_dir(self, default_local_dir: str) -> Path:
+        """``dir``, or ``<trainer.default_local_dir>/credit_dump`` when null."""
+        return Path(self.dir) if self.dir else Path(default_local_dir) / "credit_dump"
+
+
+def select_rows(difficulty: torch.Tensor, correct: torch.Tensor, max_rows: int) -> list[int]:
+    """Up to ``max_rows`` row indices, taken round-robin over :data:`ROW_KINDS` in batch order."""
+    queues = [
+        [row for row in range(len(difficulty)) if difficulty[row] == label and bool(correct[row]) == is_correct]
+        for label, is_correct in ROW_KINDS.values()
+    ]
+    chosen: list[int] = []
+    while len(chosen) < max_rows and any(queues):
+        for queue in queues:
+            if queue and len(chosen) < max_rows:
+                chosen.append(queue.pop(0))
+    return chosen
+
+
+def _row_kind(difficulty: int, correct: bool) -> str:
+    return next(kind for kind, (label, ok) in ROW_KINDS.items() if label == difficulty and ok == correct)
+
+
+def _decode_prompt(tokenizer, prompt_ids: torch.Tensor, attention: torch.Tensor) -> str:
+    return tokenizer.decode(prompt_ids[attention.bool()].tolist(), skip_special_tokens=False)
+
+
+def build_dump(batch, hint_batch, entropy: torch.Tensor, tokenizer, cpo_config, step: int, max_rows: int) -> dict:
+    """The dump of one step as a JSON-ready dict (see the module docstring).
+
+    Args:
+        batch: the training ``DataProto`` right before the actor update, holding ``prompts``, ``responses``,
+            ``attention_mask``, ``response_mask [B, T]``, ``advantages``, ``old_log_probs``, ``gw_log_probs``,
+            ``seq_rewards [B]`` and ``difficulty [B]``.
+        hint_batch: the hint-guided batch of the same step (``prompts``, ``attention_mask``).
+        entropy: ``[B, T]`` token entropy used for the wrapper.
+        tokenizer: decodes prompts and single response tokens.
+        cpo_config: the run's ``CPOConfig``.
+        step: the training step.
+        max_rows: rows kept (see :func:`select_rows`).
+    """
+    tensors = batch.batch
+    mask = tensors["response_mask"].bool()
+    advantages, old, gw = (
+        tensors["advantages"].float(),
+        tensors["old_log_probs"].float(),
+        tensors["gw_log_probs"].float(),
+    )
+    shaped = get_cpo_wrapper(cpo_config.wrap_method)(
+        advantages,
+        gw_log_probs=gw,
+        old_log_probs=old,
+        entropy=entropy.float(),
+        response_mask=tensors["response_mask"],
+        seq_rewards=tensors["seq_rewards"],
+        difficulty=tensors["difficulty"],
+        cfg=cpo_config,
+    )
+    correct = tensors["seq_rewards"] == cpo_config.success_value
+    prompt_width = tensors["prompts"].shape[1]
+    hint_width = hint_batch.batch["prompts"].shape[1]
+    rows = []
+    for row in select_rows(tensors["difficulty"], correct, max_rows):
+        valid = mask[row]
+        token_ids = tensors["responses"][row][valid].tolist()
+
+        def values(matrix: torch.Tensor, row: int = row, valid: torch.Tensor = valid) -> list[float]:
+            return [round(float(value), 6) for value in matrix[row][valid]]
+
+        rows.append(
+            {
+                "row": row,
+                "uid": str(batch.non_tensor_batch["uid"][row]) if "uid" in batch.non_tensor_batch else str(row),
+                "kind": _row_kind(int(tensors["difficulty"][row]), bool(correct[row])),
+                "difficulty": int(tensors["difficulty"][row]),
+                "reward": float(tensors["seq_rewards"][row]),
+                "prompt": _decode_prompt(
+                    tokenizer, tensors["prompts"][row], tensors["attention_mask"][row][:prompt_width]
+                ),
+                "hint_prompt": _decode_prompt(
+                    tokenizer, hint_batch.batch["prompts"][row], hint_batch.batch["attention_mask"][row][:hint_width]
+                ),
+                "tokens": [tokenizer.decode([token_id], skip_special_tokens=False) for token_id in token_ids],
+                "old_log_probs": values(old),
+                "gw_log_probs": values(gw),
+                "delta": values(gw - old),
+                "entropy": values(entropy.float()),
+                "advantage": values(advantages),
+                "advantage_shaped": values(shaped),
+            }
+        )
+    return {
+        "version": DUMP_VERSION,
+        "step": step,
+        "wrap_method": cpo_config.wrap_method,
+        "pos_alpha": cpo_config.pos_alpha,
+        "neg_alpha": cpo_config.neg_alpha,
+        "success_value": cpo_config.success_value,
+        "entropy_source": "old policy, plain prompt (extra forward pass of the actor at this step)",
+        "batch_size": int(mask.shape[0]),
+        "rows": rows,
+    }
+
+
+def maybe_dump_credit(trainer, batch, hint_batch) -> Path | None:
+    """The trainer hook: at a listed step, write ``step_<N>.json``; otherwise return at once (no work)."""
+    dump_config: CreditDumpConfig = trainer.credit_dump_config
+    step = int(trainer.global_steps)
+    if step not in dump_config.steps:
+        return None
+    # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._compute_old_log_prob returns entropys (engine path)
+    old_pass, _ = trainer._compute_old_log_prob(batch)
+    entropy = old_pass.batch["entropys"].to(batch.batch["response_mask"].device)
+    dump = build_dump(batch, hint_batch, entropy, trainer.tokenizer, trainer.cpo_config, step, dump_config.max_rows)
+    out_dir = dump_config.output_dir(trainer.config.trainer.default_local_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"step_{step}.json"
+    path.write_text(json.dumps(dump))
+    return path

@@ -1,0 +1,307 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""CPO vs matched GRPO on CPU: same warm start, same data order per seed, same hyperparameters except ``cpo.*``.
+
+Each (method, seed) is one real run of the recipe entry point (``python -m treetune_recipe.cpo.main_cpo
+platform=cpu``: Ray, verl's trainer); GRPO is the same config with ``algorithm.adv_estimator=grpo``. Validation is
+verl's own (``trainer.val_before_train``, ``trainer.test_freq``, greedy ``val_kwargs``) on the held-out plain prompts.
+The first CPO run of the first seed dumps its token credit (``cpo.credit_dump``).
+
+Outputs (``--output-dir``, default ``outputs/experiments/cpo_vs_grpo/``): ``results.csv``, ``summary.md``,
+``curves.png``, ``credit_report.html``, ``experiment.json`` and ``runs/<method>__seed<k>/`` (metrics, log, dump).
+
+Usage::
+
+    python -m treetune_scripts.experiments.cpo_vs_grpo [--methods grpo,cpo:seq_kl] [--seeds 3] [--quick]
+        [--resume | --overwrite] [key=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from treetune_scripts.experiments import summary
+from treetune_scripts.experiments.warm_start import (
+    DEFAULT_WARM_START,
+    HINT_OVERRIDES,
+    QUICK_WARM_START,
+    TASK_RL_OVERRIDES,
+    VAL_ACC_KEY,
+    WarmStartGateError,
+    build_warm_start,
+    check_mixed_groups,
+    read_build_info,
+    warm_start_hash,
+)
+from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, launch_training, read_metrics, tiny_run_overrides
+
+DEFAULT_OUTPUT_DIR = Path("outputs/experiments/cpo_vs_grpo")
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "treetune_recipe" / "cpo" / "config"
+ENTRY_MODULE = "treetune_recipe.cpo.main_cpo"
+RESULT_COLUMNS = ["method", "seed", "step", "val_acc", "train_reward", "step_time_s", "cpo_adv_shift", "hint_logratio"]
+_METRIC_COLUMNS = {
+    "val_acc": VAL_ACC_KEY,
+    "train_reward": "critic/score/mean",
+    "step_time_s": "timing_s/step",
+    "cpo_adv_shift": "actor/cpo/adv_delta_absmean",
+    "hint_logratio": "cpo/gw_minus_old_absmean",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """Run length and the steps that validate / dump credit."""
+
+    steps: int
+    test_freq: int
+    credit_steps: tuple[int, ...]
+
+
+DEFAULT_SCHEDULE = Schedule(steps=40, test_freq=5, credit_steps=(1, 20, 40))
+QUICK_SCHEDULE = Schedule(steps=3, test_freq=2, credit_steps=(1, 3))
+
+#: Identical for every method (the CPU profile, then the task's RL settings and hint wording).
+SHARED_OVERRIDES = ["platform=cpu", *TASK_RL_OVERRIDES, *HINT_OVERRIDES]
+
+
+class ExperimentError(RuntimeError):
+    """A bad command line or output folder, reported before anything expensive starts."""
+
+
+def parse_methods(text: str) -> list[str]:
+    """``grpo`` and ``cpo:<wrapper>`` names, comma-separated; ``cpo`` alone means ``cpo:seq_kl``."""
+    from treetune_recipe.cpo.cpo_core_algos import CPO_WRAPPERS
+
+    methods = []
+    for name in (part.strip() for part in text.split(",") if part.strip()):
+        name = "cpo:seq_kl" if name == "cpo" else name
+        if name != "grpo" and not (name.startswith("cpo:") and name[4:] in CPO_WRAPPERS):
+            raise ExperimentError(
+                f"--methods: unknown method {name!r}. Use grpo or cpo:<wrapper> with a wrapper among "
+                f"{', '.join(CPO_WRAPPERS)} (e.g. --methods grpo,cpo:seq_kl,cpo:mi3)."
+            )
+        if name in methods:
+            raise ExperimentError(f"--methods: {name!r} is listed twice.")
+        methods.append(name)
+    if not methods:
+        raise ExperimentError("--methods is empty; e.g. --methods grpo,cpo:seq_kl.")
+    return methods
+
+
+def method_overrides(method: str) -> list[str]:
+    """The only overrides that differ between methods."""
+    if method == "grpo":
+        return ["algorithm.adv_estimator=grpo"]
+    return ["algorithm.adv_estimator=cpo", f"cpo.wrap_method={method.split(':', 1)[1]}"]
+
+
+def run_name(method: str, seed: int) -> str:
+    return f"{method.replace(':', '_')}__seed{seed}"
+
+
+def run_overrides(
+    warm_start_dir: Path, run_dir: Path, method: str, seed: int, schedule: Schedule, dump_credit: bool
+) -> list[str]:
+    """All Hydra overrides of one run; the seed sets the data order and the rollout sampling."""
+    overrides = tiny_run_overrides(
+        warm_start_dir, run_dir, total_training_steps=schedule.steps, experiment_name=run_name(method, seed)
+    )
+    overrides += [
+        *SHARED_OVERRIDES,
+        f"trainer.test_freq={schedule.test_freq}",
+        f"data.seed={seed}",
+        f"++actor_rollout_ref.rollout.engine_kwargs.hf.seed={seed}",
+        *method_overrides(method),
+        f"hydra.run.dir={run_dir / 'hydra'}",
+    ]
+    if dump_credit:
+        steps = ",".join(str(step) for step in schedule.credit_steps)
+        overrides += [f"cpo.credit_dump.steps=[{steps}]", f"cpo.credit_dump.dir={run_dir / 'credit_dump'}"]
+    return overrides
+
+
+def result_rows(method: str, seed: int, metrics_path: Path) -> list[dict]:
+    """One row per logged step of one run (empty cells where the step lacks the metric)."""
+    rows = []
+    for step, data in sorted(read_metrics(metrics_path).items()):
+        row = {"method": method, "seed": seed, "step": step}
+        for column, key in _METRIC_COLUMNS.items():
+            row[column] = data.get(key, "")
+        rows.append(row)
+    return rows
+
+
+def write_results(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=RESULT_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def prepare_output_dir(output_dir: Path, plan: dict, *, resume: bool, overwrite: bool) -> None:
+    """Refuse a folder holding another experiment's results unless ``--overwrite``; check ``--resume``'s plan."""
+    plan_path = output_dir / "experiment.json"
+    if overwrite and output_dir.exists():
+        shutil.rmtree(output_dir)
+    if resume:
+        if not plan_path.is_file():
+            raise ExperimentError(f"--resume: {output_dir} holds no experiment.json; start without --resume.")
+        previous = json.loads(plan_path.read_text())
+        if previous != plan:
+            changed = sorted(key for key in set(plan) | set(previous) if plan.get(key) != previous.get(key))
+            raise ExperimentError(
+                f"--resume: {output_dir} holds another experiment (differs in {changed}); rerun with the same "
+                "arguments, or use --overwrite, or choose another --output-dir."
+            )
+        return
+    if output_dir.exists() and any(output_dir.iterdir()):
+        raise ExperimentError(
+            f"{output_dir} already holds results; pass --resume to finish that experiment, --overwrite to replace "
+            "it, or --output-dir for a new folder."
+        )
+    output_dir.mkdir(parents=True, exist_ok=True)
+    plan_path.write_text(json.dumps(plan, indent=2, sort_keys=True) + "\n")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--methods", default="grpo,cpo:seq_kl", help="grpo and cpo:<wrapper>, comma-separated")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 3; --quick: 2)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps per run (default 40; --quick: 3)")
+    parser.add_argument("--quick", action="store_true", help="pipeline check: small warm start, 3 steps, 2 seeds")
+    parser.add_argument("--output-dir", type=Path, default=DEFAULT_OUTPUT_DIR)
+    parser.add_argument("--resume", action="store_true", help="keep finished runs, run the rest")
+    parser.add_argument("--overwrite", action="store_true", help="delete the output folder's previous results")
+    parser.add_argument("--skip-gate", action="store_true", help="run RL even if the warm start misses mixed groups")
+    parser.add_argument("--run-timeout", type=float, default=1800.0, help="kill one run after this many seconds")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run (key=value), applied last")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.monotonic()
+    try:
+        methods = parse_methods(args.methods)
+        seeds = args.seeds if args.seeds is not None else (2 if args.quick else 3)
+        if seeds < 1:
+            raise ExperimentError(f"--seeds must be >= 1, got {seeds}.")
+        if args.resume and args.overwrite:
+            raise ExperimentError("--resume and --overwrite exclude each other.")
+        base = QUICK_SCHEDULE if args.quick else DEFAULT_SCHEDULE
+        steps = args.steps if args.steps is not None else base.steps
+        if steps < 1:
+            raise ExperimentError(f"--steps must be >= 1, got {steps}.")
+        credit_steps = tuple(sorted({step for step in (*base.credit_steps, steps) if step <= steps}))
+        schedule = Schedule(steps=steps, test_freq=base.test_freq, credit_steps=credit_steps)
+        warm_config = QUICK_WARM_START if args.quick else DEFAULT_WARM_START
+        plan = {
+            "methods": methods,
+            "seeds": seeds,
+            "schedule": dataclasses.asdict(schedule),
+            "warm_start": warm_start_hash(warm_config),
+            "overrides": args.overrides,
+        }
+        plan = json.loads(json.dumps(plan))  # as read back from experiment.json (tuples become lists)
+        output_dir = args.output_dir.resolve()
+        prepare_output_dir(output_dir, plan, resume=args.resume, overwrite=args.overwrite)
+    except ExperimentError as error:
+        print(f"[experiment] {error}", file=sys.stderr)
+        return 2
+
+    print(f"[experiment] warm start ({'quick' if args.quick else 'default'} preset) ...", flush=True)
+    warm_dir = build_warm_start(warm_config)
+    info = read_build_info(warm_dir)
+    print(
+        f"[experiment] warm start {warm_dir}: greedy val acc plain {info['val_acc_plain']:.3f}, "
+        f"with hint {info['val_acc_hint']:.3f} ({info['parameters']} parameters)",
+        flush=True,
+    )
+    if not (args.quick or args.skip_gate):
+        try:
+            check_mixed_groups(info)
+        except WarmStartGateError as error:
+            print(f"[experiment] stopping before RL: {error}", file=sys.stderr)
+            return 3
+
+    from treetune_scripts.run_demo import condense
+
+    rows: list[dict] = []
+    cpo_methods = [method for method in methods if method != "grpo"]
+    for seed in range(seeds):
+        for method in methods:
+            name = run_name(method, seed)
+            run_dir = output_dir / "runs" / name
+            done_path = run_dir / "run.json"
+            if done_path.is_file():
+                print(f"[experiment] {name}: finished earlier, kept", flush=True)
+            else:
+                shutil.rmtree(run_dir, ignore_errors=True)
+                dump = bool(cpo_methods) and method == cpo_methods[0] and seed == 0
+                overrides = run_overrides(warm_dir, run_dir, method, seed, schedule, dump) + list(args.overrides)
+                run = launch_training(
+                    overrides,
+                    run_dir / "train.log",
+                    entry_module=ENTRY_MODULE,
+                    config_dir=CONFIG_DIR,
+                    config_name="cpo_trainer",
+                    timeout_s=args.run_timeout,
+                    # RAY_ADDRESS=local: always a fresh Ray instance, never another user's cluster on a shared box.
+                    env={"VERL_FILE_LOGGER_PATH": str(run_dir / METRICS_FILE), "RAY_ADDRESS": "local"},
+                    echo=lambda line, name=name: _echo(name, condense(line)),
+                    cwd=run_dir,
+                )
+                if run.returncode != 0:
+                    tail = "\n".join(run.log_path.read_text().splitlines()[-30:])
+                    print(
+                        f"[experiment] {name} failed (exit {run.returncode}); log {run.log_path}:\n{tail}",
+                        file=sys.stderr,
+                    )
+                    return 1
+                done_path.write_text(json.dumps({"wall_s": round(run.wall_s, 1), "method": method, "seed": seed}))
+            run_rows = result_rows(method, seed, run_dir / METRICS_FILE)
+            rows += run_rows
+            write_results(output_dir / "results.csv", rows)
+            final = [row["val_acc"] for row in run_rows if row["val_acc"] != ""]
+            wall = json.loads(done_path.read_text())["wall_s"]
+            print(
+                f"[experiment] {name} done: final val acc {final[-1] if final else 'n/a'}, run {wall:.0f} s", flush=True
+            )
+
+    table = summary.write_summary(output_dir / "results.csv", output_dir / "summary.md", warm_info=info)
+    summary.plot_curves(output_dir / "results.csv", output_dir / "curves.png")
+    if cpo_methods:
+        from treetune_scripts.credit_report import build_report
+
+        dump_dir = output_dir / "runs" / run_name(cpo_methods[0], 0) / "credit_dump"
+        build_report(dump_dir, output_dir / "credit_report.html")
+    print(table)
+    print(f"[experiment] outputs in {output_dir}; total {time.monotonic() - started:.0f} s", flush=True)
+    return 0
+
+
+def _echo(name: str, line: str | None) -> None:
+    if line is not None:
+        print(f"[{name}] {line}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""``results.csv`` of an experiment -> ``summary.md`` (per-method table) and ``curves.png``.
+
+Every number of the summary is computed here from ``results.csv`` alone (definitions in :func:`summarize`), so it can
+be recomputed by anyone. Usage::
+
+    python -m treetune_scripts.experiments.summary outputs/experiments/cpo_vs_grpo
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+#: The threshold of "steps to threshold" is the mean first validation accuracy over all runs plus this margin.
+THRESHOLD_MARGIN = 0.10
+BASELINE_METHOD = "grpo"
+
+
+def read_results(path: Path | str) -> list[dict]:
+    """Rows of ``results.csv`` with numbers parsed (empty cells -> None)."""
+    rows = []
+    with open(path, newline="") as handle:
+        for raw in csv.DictReader(handle):
+            row = {"method": raw["method"], "seed": int(raw["seed"]), "step": int(raw["step"])}
+            for key, value in raw.items():
+                if key not in row:
+                    row[key] = float(value) if value not in ("", None) else None
+            rows.append(row)
+    return rows
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value)."""
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def _curve(rows: list[dict], method: str, seed: int) -> list[tuple[int, float]]:
+    return sorted(
+        (r["step"], r["val_acc"])
+        for r in rows
+        if (r["method"], r["seed"]) == (method, seed) and r["val_acc"] is not None
+    )
+
+
+def normalised_auc(curve: list[tuple[int, float]]) -> float:
+    """Trapezoid area under validation accuracy vs step, divided by the step span (the curve's mean height)."""
+    if len(curve) == 1:
+        return curve[0][1]
+    area = sum((s1 - s0) * (a0 + a1) / 2 for (s0, a0), (s1, a1) in zip(curve, curve[1:]))
+    return area / (curve[-1][0] - curve[0][0])
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Per method: final validation accuracy, normalised AUC, steps to threshold, step time and its ratio to GRPO.
+
+    - first, final: validation accuracy at each seed's first / last validated step; mean ± sample std over seeds;
+    - auc: :func:`normalised_auc` per seed; mean ± sample std;
+    - threshold: mean over all runs of the first validated accuracy + :data:`THRESHOLD_MARGIN`; steps to threshold:
+      per seed the first validated step whose accuracy >= threshold; mean over the seeds that reach it;
+    - step time: per seed the mean ``step_time_s`` of steps >= 2 (step 1 includes warm-up), mean over seeds; the
+      ratio divides it by GRPO's.
+    """
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    seeds = {m: sorted({r["seed"] for r in rows if r["method"] == m}) for m in methods}
+    curves = {(m, s): _curve(rows, m, s) for m in methods for s in seeds[m]}
+    curves = {key: curve for key, curve in curves.items() if curve}
+    threshold = round(statistics.fmean(curve[0][1] for curve in curves.values()) + THRESHOLD_MARGIN, 4)
+    step_times: dict[str, list[float]] = defaultdict(list)
+    for m in methods:
+        for s in seeds[m]:
+            times = [r["step_time_s"] for r in rows if (r["method"], r["seed"]) == (m, s) and r["step"] >= 2]
+            times = [t for t in times if t is not None]
+            if times:
+                step_times[m].append(statistics.fmean(times))
+    result = {"threshold": threshold, "methods": {}}
+    for m in methods:
+        method_curves = [curves[(m, s)] for s in seeds[m] if (m, s) in curves]
+        reached = [next((step for step, acc in c if acc >= threshold), None) for c in method_curves]
+        reached = [step for step in reached if step is not None]
+        step_time = statistics.fmean(step_times[m]) if step_times[m] else math.nan
+        result["methods"][m] = {
+            "seeds": len(seeds[m]),
+            "first": _mean_std([c[0][1] for c in method_curves]),
+            "final": _mean_std([c[-1][1] for c in method_curves]),
+            "auc": _mean_std([normalised_auc(c) for c in method_curves]),
+            "steps_to_threshold": statistics.fmean(reached) if reached else None,
+            "reached": len(reached),
+            "step_time_s": step_time,
+        }
+    base = result["methods"].get(BASELINE_METHOD, {}).get("step_time_s")
+    for stats in result["methods"].values():
+        stats["step_time_ratio"] = stats["step_time_s"] / base if base and not math.isnan(base) else None
+    return result
+
+
+def _pm(pair: tuple[float, float]) -> str:
+    return f"{pair[0]:.4f} ± {pair[1]:.4f}"
+
+
+def summary_table(stats: dict) -> str:
+    """The markdown table of :func:`summarize`'s result."""
+    threshold = stats["threshold"]
+    lines = [
+        "| method | seeds | first val acc | final val acc | val acc AUC "
+        f"| steps to val acc ≥ {threshold:.4f} | step time (s) "
+        "| step-time ratio vs grpo |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for method, s in stats["methods"].items():
+        to_threshold = (
+            f"{s['steps_to_threshold']:.1f} ({s['reached']}/{s['seeds']})" if s["reached"] else f"- (0/{s['seeds']})"
+        )
+        ratio = f"{s['step_time_ratio']:.3f}" if s["step_time_ratio"] is not None else "-"
+        lines.append(
+            f"| {method} | {s['seeds']} | {_pm(s['first'])} | {_pm(s['final'])} | {_pm(s['auc'])} | {to_threshold} "
+            f"| {s['step_time_s']:.3f} | {ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def write_summary(results_csv: Path | str, summary_md: Path | str, warm_info: dict | None = None) -> str:
+    """Write ``summary.md``; returns its table."""
+    stats = summarize(read_results(results_csv))
+    table = summary_table(stats)
+    warm = ""
+    if warm_info:
+        warm = (
+            f"Warm start: greedy validation accuracy {warm_info['val_acc_plain']:.3f} on plain prompts, "
+            f"{warm_info['val_acc_hint']:.3f} with the hint ({warm_info['parameters']} parameters, "
+            f"`{warm_info['path']}`).\n\n"
+        )
+    text = (
+        "# CPO vs GRPO: summary\n\n"
+        f"{warm}{table}\n\n"
+        "Definitions (all recomputable from `results.csv`, see `treetune_scripts/experiments/summary.py`): "
+        "mean ± sample std over seeds; first / final = validation accuracy at the first / last validated step; "
+        "AUC = trapezoid area "
+        "under validation accuracy vs step divided by the step span; threshold = mean first validation accuracy of "
+        f"all runs + {THRESHOLD_MARGIN}, steps averaged over the seeds that reach it (reached/seeds); step time = "
+        "mean `step_time_s` of steps >= 2 per seed, averaged over seeds.\n"
+    )
+    Path(summary_md).write_text(text)
+    return table
+
+
+def plot_curves(results_csv: Path | str, png_path: Path | str) -> Path:
+    """Validation accuracy (mean ± std band over seeds) per method vs step and vs cumulative step time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows = read_results(results_csv)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for method in dict.fromkeys(r["method"] for r in rows):
+        seeds = sorted({r["seed"] for r in rows if r["method"] == method})
+        per_seed = []
+        for seed in seeds:
+            run = sorted((r for r in rows if (r["method"], r["seed"]) == (method, seed)), key=lambda r: r["step"])
+            elapsed, clock = {}, 0.0
+            for r in run:
+                clock += r["step_time_s"] or 0.0
+                elapsed[r["step"]] = clock
+            per_seed.append((run, elapsed))
+        steps = sorted(set.intersection(*({r["step"] for r in run if r["val_acc"] is not None} for run, _ in per_seed)))
+        if steps:
+            acc = np.array([[next(r["val_acc"] for r in run if r["step"] == s) for s in steps] for run, _ in per_seed])
+            wall = np.array([[elapsed[s] for s in steps] for _, elapsed in per_seed]).mean(axis=0)
+            mean, std = acc.mean(axis=0), acc.std(axis=0, ddof=1) if len(seeds) > 1 else np.zeros(len(steps))
+            for axis, x in ((axes[0], steps), (axes[1], wall)):
+                axis.plot(x, mean, marker="o", label=f"{method} (n={len(seeds)})")
+                axis.fill_between(x, mean - std, mean + std, alpha=0.2)
+        train_steps = sorted({r["step"] for run, _ in per_seed for r in run if r["train_reward"] is not None})
+        if train_steps:
+            reward = [
+                statistics.fmean(
+                    r["train_reward"]
+                    for run, _ in per_seed
+                    for r in run
+                    if r["step"] == s and r["train_reward"] is not None
+                )
+                for s in train_steps
+            ]
+            axes[2].plot(train_steps, reward, label=method)
+    titles = ("validation accuracy vs step", "validation accuracy vs training time", "train reward (mean over seeds)")
+    xlabels = ("step", "cumulative step time (s)", "step")
+    for axis, title, xlabel in zip(axes, titles, xlabels):
+        axis.set_title(title)
+        axis.set_xlabel(xlabel)
+        axis.grid(alpha=0.3)
+        axis.legend()
+    axes[0].set_ylabel("greedy accuracy (held-out plain prompts)")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=80)
+    plt.close(fig)
+    return Path(png_path)
+
+
+def _warm_info(experiment_dir: Path) -> dict | None:
+    """The build info of the experiment's warm start, when it is in the default cache."""
+    import json
+
+    from treetune_scripts.experiments.warm_start import read_build_info
+    from treetune_scripts.make_tiny_assets import default_cache_root
+
+    plan_path = experiment_dir / "experiment.json"
+    if not plan_path.is_file():
+        return None
+    warm_dir = default_cache_root() / "warm_start" / json.loads(plan_path.read_text())["warm_start"]
+    return read_build_info(warm_dir) if (warm_dir / "build_info.json").is_file() else None
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("experiment_dir", type=Path)
+    args = parser.parse_args(argv)
+    print(
+        write_summary(
+            args.experiment_dir / "results.csv", args.experiment_dir / "summary.md", _warm_info(args.experiment_dir)
+        )
+    )
+    plot_curves(args.experiment_dir / "results.csv", args.experiment_dir / "curves.png")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,357 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""A warm-started model for the CPU experiments: a small Qwen3 fine-tuned by verl's own SFT trainer.
+
+A pretrained LLM can already solve some problems and can use a worked solution placed in its prompt. The randomly
+initialised tiny model can do neither, so before RL it is fine-tuned on worked solutions for
+
+- the plain prompts of the ``chain`` task (``treetune_scripts/make_tiny_assets.py``), and
+- the hint prompts of the same problems, rendered by the CPO recipe's own hint builder (``cpo.hint`` defaults), so
+  that the model learns to read a solution in its context.
+
+Trainer: ``verl.trainer.sft_trainer`` (upstream, unmodified) on the project's CPU backend, run with
+``torch.distributed.run`` in a subprocess (``../shared`` note ``sft_on_cpu.md`` lists the four overrides it needs).
+The checkpoint's ``hf_model`` content is re-saved in float32 as ``model/`` with the tokenizer. The greedy accuracy on
+the validation prompts (plain and hinted) is measured with transformers' ``generate`` and stored in
+``build_info.json``; :func:`check_mixed_groups` refuses a warm start whose plain accuracy would not give RL mixed
+prompt groups.
+
+Cached like the tiny assets: ``<cache_root>/warm_start/<content hash>/``, the hash covering the assets' hash and every
+SFT parameter.
+
+Usage::
+
+    python -m treetune_scripts.experiments.warm_start [--preset default|quick] [--force]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from treetune_scripts.make_tiny_assets import TinyAssetsConfig, build_tiny_assets, content_hash, default_cache_root
+
+WARM_START_VERSION = "warm-start-v1"
+#: The experiments' hint wording: the default's opening and request on one line (the default's rules would triple the
+#: length of every hinted sequence on these short problems); RL runs get it through :data:`HINT_OVERRIDES`.
+HINT_USER_TEMPLATE = (
+    "Problem: {question} Worked solution (private; for your reference only): {solution} Solve the problem yourself, "
+    "step by step, and reach the same final answer as the worked solution."
+)
+HINT_OVERRIDES = [f"cpo.hint.user_template='{HINT_USER_TEMPLATE}'", "cpo.hint.max_prompt_length=160"]
+#: RL settings of the chain task, shared by every run on a warm start (the demo and each experiment run): the ±1
+#: reward the CPO wrappers are written for, batch and lengths sized to the task, greedy validation from step 0.
+TASK_RL_OVERRIDES = [
+    "reward.custom_reward_function.name=compute_binary_score",
+    "data.train_batch_size=8",
+    "data.max_prompt_length=96",
+    "data.max_response_length=48",
+    "actor_rollout_ref.rollout.n=8",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32",
+    "actor_rollout_ref.actor.optim.lr=5e-5",
+    "actor_rollout_ref.rollout.val_kwargs.do_sample=false",
+    "actor_rollout_ref.rollout.val_kwargs.n=1",
+    "trainer.val_before_train=true",
+]
+#: verl's validation metric of the task: greedy accuracy on the held-out plain prompts (data_source tiny_arith).
+VAL_ACC_KEY = "val-core/tiny_arith/acc/mean@1"
+#: Greedy plain-prompt validation accuracy that gives RL mixed groups (some prompts solved, some not).
+MIXED_GROUPS_ACC_RANGE = (0.15, 0.50)
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmStartConfig:
+    """Every parameter of a warm start; all of them go into its cache key."""
+
+    assets: TinyAssetsConfig
+    sft_steps: int = 400
+    sft_batch_size: int = 32
+    sft_lr: float = 1e-3
+    sft_max_length: int = 192
+    eval_max_new_tokens: int = 48
+
+
+def _chain_assets(**sizes) -> TinyAssetsConfig:
+    return TinyAssetsConfig(
+        task="chain", num_train=2048, num_val=64, num_test=128, max_answer=15, min_ops=2, max_ops=3, **sizes
+    )
+
+
+#: The default experiment's warm start (~0.37M parameters; sized for SFT + 6 RL runs on a 2-core CPU).
+DEFAULT_WARM_START = WarmStartConfig(
+    assets=_chain_assets(
+        hidden_size=96,
+        intermediate_size=256,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=24,
+    ),  # fmt: skip
+    sft_steps=300,
+    sft_batch_size=16,
+    sft_lr=2e-3,
+)
+#: A cheap warm start for the pipeline test (``--quick``): the same task, a smaller model, few SFT steps.
+QUICK_WARM_START = WarmStartConfig(
+    assets=_chain_assets(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+    ),  # fmt: skip
+    sft_steps=30,
+    sft_batch_size=16,
+)
+PRESETS = {"default": DEFAULT_WARM_START, "quick": QUICK_WARM_START}
+
+
+class WarmStartGateError(RuntimeError):
+    """The warm start's greedy accuracy would not give RL mixed prompt groups."""
+
+
+def warm_start_hash(config: WarmStartConfig) -> str:
+    """Cache key: the assets' content hash plus every SFT parameter and the builder version."""
+    key = {
+        "builder": WARM_START_VERSION,
+        "assets": content_hash(config.assets),
+        "sft": {k: v for k, v in dataclasses.asdict(config).items() if k != "assets"},
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# SFT data
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def hint_messages(question: str, solution: str) -> list[dict]:
+    """The hint prompt's chat messages exactly as the CPO trainer builds them with :data:`HINT_OVERRIDES`."""
+    from treetune_recipe.cpo.cpo_hint import HintConfig
+
+    return HintConfig(user_template=HINT_USER_TEMPLATE).chat_messages(question, solution)
+
+
+def sft_rows(rl_rows) -> list[dict]:
+    """Two SFT conversations per RL row: plain prompt -> solution, hint prompt -> solution."""
+    rows = []
+    for prompt, extra_info in zip(rl_rows["prompt"], rl_rows["extra_info"], strict=True):
+        answer = {"role": "assistant", "content": extra_info["solution"]}
+        rows.append({"messages": [*[dict(m) for m in prompt], answer]})
+        rows.append({"messages": [*hint_messages(extra_info["question"], extra_info["solution"]), answer]})
+    return rows
+
+
+def _write_sft_data(assets_dir: Path, out_dir: Path) -> tuple[Path, Path]:
+    import pandas as pd
+
+    paths = []
+    for split in ("train", "val"):
+        rows = sft_rows(pd.read_parquet(assets_dir / "data" / f"{split}.parquet"))
+        path = out_dir / f"sft_{split}.parquet"
+        pd.DataFrame(rows).to_parquet(path, index=False)
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# SFT with verl's trainer
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def sft_command(config: WarmStartConfig, model_dir: Path, train: Path, val: Path, work_dir: Path) -> list[str]:
+    """``torchrun``-style command running upstream ``verl.trainer.sft_trainer`` on the CPU backend."""
+    # SYNC WARNING: verl/trainer/config/sft_trainer_engine.yaml (keys below; checkpoint.save_contents hf_model)
+    return [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
+        "-m", "verl.trainer.sft_trainer",
+        f"data.train_files={train}", f"data.val_files={val}",
+        f"data.train_batch_size={config.sft_batch_size}", f"data.micro_batch_size_per_gpu={config.sft_batch_size}",
+        f"data.max_length={config.sft_max_length}", "data.num_workers=0",
+        f"model.path={model_dir}", "+model.override_config.attn_implementation=sdpa",
+        "engine.strategy=fsdp2", "trainer.device=cpu", "trainer.logger=[console]",
+        f"optim.lr={config.sft_lr}", "trainer.total_epochs=1000", f"trainer.total_training_steps={config.sft_steps}",
+        "trainer.resume_mode=disable", f"trainer.default_local_dir={work_dir / 'checkpoints'}",
+        "checkpoint.save_contents=[model,optimizer,extra,hf_model]", f"hydra.run.dir={work_dir / 'hydra'}",
+    ]  # fmt: skip
+
+
+def run_sft(config: WarmStartConfig, assets_dir: Path, work_dir: Path, log_path: Path) -> Path:
+    """Fine-tune the assets' model; returns the HF folder of the final checkpoint."""
+    train, val = _write_sft_data(assets_dir, work_dir)
+    command = sft_command(config, assets_dir / "model", train, val, work_dir)
+    env = {
+        **os.environ,
+        "VERL_USE_EXTERNAL_MODULES": "treetune_verl.cpu_backend",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONUNBUFFERED": "1",
+    }
+    with open(log_path, "w") as log:
+        code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work_dir).returncode
+    hf_dirs = sorted((work_dir / "checkpoints").glob("global_step_*/huggingface"))
+    if code != 0 or not hf_dirs or not (hf_dirs[-1] / "config.json").is_file():
+        tail = "\n".join(log_path.read_text().splitlines()[-30:])
+        raise RuntimeError(f"verl SFT trainer failed (exit code {code}); log {log_path}:\n{tail}")
+    return hf_dirs[-1]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Greedy accuracy
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def greedy_accuracy(model_dir: Path, conversations: list[list[dict]], answers: list[str], max_new_tokens: int) -> float:
+    """Share of ``conversations`` whose greedy completion holds the right final answer (tiny_arith grading)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from treetune_verl.utils.reward_score.tiny_arith import extract_answer, is_correct
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    correct = 0
+    for start in range(0, len(conversations), 32):
+        texts = tokenizer.apply_chat_template(
+            conversations[start : start + 32], tokenize=False, add_generation_prompt=True
+        )
+        inputs = tokenizer(
+            texts, return_tensors="pt", padding=True, add_special_tokens=False, return_token_type_ids=False
+        )
+        with torch.no_grad():
+            output = model.generate(**inputs, do_sample=False, max_new_tokens=max_new_tokens)
+        completions = tokenizer.batch_decode(output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+        for completion, answer in zip(completions, answers[start : start + 32], strict=True):
+            correct += is_correct(extract_answer(completion), answer)
+    return correct / len(conversations)
+
+
+def measure_accuracy(model_dir: Path, val_parquet: Path, max_new_tokens: int) -> dict[str, float]:
+    """Greedy accuracy on the validation prompts, plain and with the hint prompt."""
+    import pandas as pd
+
+    rows = pd.read_parquet(val_parquet)
+    answers = [str(reward["ground_truth"]) for reward in rows["reward_model"]]
+    plain = [[dict(m) for m in prompt] for prompt in rows["prompt"]]
+    hinted = [hint_messages(info["question"], info["solution"]) for info in rows["extra_info"]]
+    return {
+        "val_acc_plain": greedy_accuracy(model_dir, plain, answers, max_new_tokens),
+        "val_acc_hint": greedy_accuracy(model_dir, hinted, answers, max_new_tokens),
+    }
+
+
+def check_mixed_groups(info: dict, acc_range: tuple[float, float] = MIXED_GROUPS_ACC_RANGE) -> None:
+    """Raise :class:`WarmStartGateError` unless the plain greedy accuracy lies in ``acc_range``."""
+    low, high = acc_range
+    accuracy = info["val_acc_plain"]
+    if not low <= accuracy <= high:
+        raise WarmStartGateError(
+            f"the warm start's greedy validation accuracy on plain prompts is {accuracy:.3f}, outside "
+            f"[{low:.2f}, {high:.2f}]: RL would see too few mixed prompt groups (all wrong or all right). "
+            f"Change the warm start (WarmStartConfig.sft_steps, the task's min_ops/max_ops/max_answer) in "
+            f"treetune_scripts/experiments/warm_start.py; the build is {info.get('path', '?')}."
+        )
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Build and cache
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def build_warm_start(
+    config: WarmStartConfig = DEFAULT_WARM_START, cache_root: Path | str | None = None, *, force: bool = False
+) -> Path:
+    """Build (or find in the cache) a warm start and return its folder.
+
+    Returns:
+        ``<cache_root>/warm_start/<hash>/`` with ``model/`` (float32 HF model, tokenizer, generation config),
+        ``data/`` (the task's train/val/test parquet files, copied from the assets), ``build_info.json`` (config,
+        accuracies, SFT wall time) and ``sft.log``.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    cache_root = Path(cache_root) if cache_root is not None else default_cache_root()
+    final_dir = cache_root / "warm_start" / warm_start_hash(config)
+    if final_dir.is_dir() and not force:
+        return final_dir
+    assets_dir = build_tiny_assets(cache_root, config=config.assets)
+    final_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.tmp-", dir=final_dir.parent))
+    tmp_dir.chmod(0o755)
+    try:
+        started = time.monotonic()
+        hf_dir = run_sft(config, assets_dir, tmp_dir, tmp_dir / "sft.log")
+        sft_wall_s = time.monotonic() - started
+        model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
+        model.save_pretrained(tmp_dir / "model")
+        AutoTokenizer.from_pretrained(assets_dir / "model").save_pretrained(tmp_dir / "model")
+        GenerationConfig.from_pretrained(assets_dir / "model").save_pretrained(tmp_dir / "model")
+        shutil.copytree(assets_dir / "data", tmp_dir / "data")
+        for leftover in ("checkpoints", "hydra", "sft_train.parquet", "sft_val.parquet"):
+            target = tmp_dir / leftover
+            shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+        info = {
+            "builder": WARM_START_VERSION,
+            "trainer": "verl.trainer.sft_trainer (CPU backend, torch.distributed.run, 1 process)",
+            "config": dataclasses.asdict(config),
+            "sft_wall_s": round(sft_wall_s, 1),
+            "parameters": sum(p.numel() for p in model.parameters()),
+            **measure_accuracy(tmp_dir / "model", tmp_dir / "data" / "val.parquet", config.eval_max_new_tokens),
+        }
+        (tmp_dir / "build_info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+        if force and final_dir.is_dir():
+            shutil.rmtree(final_dir)
+        try:
+            os.rename(tmp_dir, final_dir)
+        except OSError:
+            if not final_dir.is_dir():
+                raise
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+    return final_dir
+
+
+def read_build_info(warm_start_dir: Path) -> dict:
+    info = json.loads((Path(warm_start_dir) / "build_info.json").read_text())
+    info["path"] = str(warm_start_dir)
+    return info
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="default")
+    parser.add_argument("--cache-root", type=Path, default=None, help="default: $TREETUNE_TINY_ASSETS_CACHE or .cache/")
+    parser.add_argument("--force", action="store_true", help="rebuild even if the cached warm start exists")
+    args = parser.parse_args(argv)
+    path = build_warm_start(PRESETS[args.preset], args.cache_root, force=args.force)
+    info = read_build_info(path)
+    print(path)
+    print(json.dumps({k: info[k] for k in ("val_acc_plain", "val_acc_hint", "sft_wall_s", "parameters")}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The CPO-vs-GRPO experiment: argument and folder checks, the warm-start gate, the summary's arithmetic, and one
+``--quick`` run of the whole pipeline (real Ray runs) whose artifacts are checked against each other. The test
+asserts the pipeline, never the experiment's outcome."""
+
+import csv
+import html
+import json
+import re
+import statistics
+
+import pytest
+
+from treetune_scripts.experiments import cpo_vs_grpo, summary
+from treetune_scripts.experiments.warm_start import WarmStartGateError, check_mixed_groups
+
+
+def no_training(*args, **kwargs):
+    raise AssertionError("no training may start")
+
+
+@pytest.fixture
+def no_expensive_work(monkeypatch):
+    monkeypatch.setattr(cpo_vs_grpo, "launch_training", no_training)
+    monkeypatch.setattr(cpo_vs_grpo, "build_warm_start", no_training)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Bad input, before anything expensive
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def test_methods_are_grpo_or_cpo_with_a_known_wrapper():
+    assert cpo_vs_grpo.parse_methods("grpo, cpo ,cpo:mi3") == ["grpo", "cpo:seq_kl", "cpo:mi3"]
+    with pytest.raises(cpo_vs_grpo.ExperimentError, match="unknown method 'cpo:nope'.*seq_kl"):
+        cpo_vs_grpo.parse_methods("grpo,cpo:nope")
+    with pytest.raises(cpo_vs_grpo.ExperimentError, match="listed twice"):
+        cpo_vs_grpo.parse_methods("grpo,grpo")
+
+
+def test_only_the_cpo_keys_differ_between_methods(tmp_path):
+    schedule = cpo_vs_grpo.QUICK_SCHEDULE
+    grpo = cpo_vs_grpo.run_overrides(tmp_path, tmp_path / "run", "grpo", 1, schedule, dump_credit=False)
+    cpo = cpo_vs_grpo.run_overrides(tmp_path, tmp_path / "run", "cpo:mi3", 1, schedule, dump_credit=False)
+    assert set(grpo) ^ set(cpo) == {
+        "algorithm.adv_estimator=grpo",
+        "algorithm.adv_estimator=cpo",
+        "cpo.wrap_method=mi3",
+        "trainer.experiment_name=grpo__seed1",
+        "trainer.experiment_name=cpo_mi3__seed1",
+    }
+    assert "data.seed=1" in grpo and "++actor_rollout_ref.rollout.engine_kwargs.hf.seed=1" in grpo
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--methods", "grpo,ppo"], "unknown method 'ppo'"),
+        (["--seeds", "0"], "--seeds must be >= 1, got 0"),
+        (["--resume", "--overwrite"], "exclude each other"),
+    ],
+)
+def test_bad_arguments_stop_before_any_work(tmp_path, capsys, no_expensive_work, argv, message):
+    assert cpo_vs_grpo.main([*argv, "--output-dir", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_folder_with_other_results_is_refused_unless_overwrite(tmp_path, capsys, no_expensive_work):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.csv").write_text("method,seed\n")
+    assert cpo_vs_grpo.main(["--quick", "--output-dir", str(out)]) == 2
+    assert "already holds results" in capsys.readouterr().err
+    assert (out / "results.csv").is_file()
+    # --resume needs the same experiment.
+    (out / "experiment.json").write_text(json.dumps({"methods": ["grpo"], "seeds": 5}))
+    assert cpo_vs_grpo.main(["--quick", "--resume", "--output-dir", str(out)]) == 2
+    assert "holds another experiment" in capsys.readouterr().err
+    # --overwrite clears the folder (then reaches the warm start, stubbed here).
+    with pytest.raises(AssertionError, match="no training may start"):
+        cpo_vs_grpo.main(["--quick", "--overwrite", "--output-dir", str(out)])
+    assert not (out / "results.csv").exists() and (out / "experiment.json").is_file()
+
+
+def test_warm_start_gate_refuses_all_wrong_or_all_right_with_the_measured_accuracy():
+    check_mixed_groups({"val_acc_plain": 0.3})
+    for accuracy in (0.02, 0.9):
+        with pytest.raises(WarmStartGateError, match=f"accuracy on plain prompts is {accuracy:.3f}"):
+            check_mixed_groups({"val_acc_plain": accuracy, "path": "x"})
+
+
+def test_a_warm_start_outside_the_gate_stops_before_rl(tmp_path, capsys, monkeypatch):
+    warm = tmp_path / "warm"
+    warm.mkdir()
+    info = {"val_acc_plain": 0.04, "val_acc_hint": 0.5, "parameters": 10}
+    (warm / "build_info.json").write_text(json.dumps(info))
+    monkeypatch.setattr(cpo_vs_grpo, "build_warm_start", lambda config: warm)
+    monkeypatch.setattr(cpo_vs_grpo, "launch_training", no_training)
+    assert cpo_vs_grpo.main(["--output-dir", str(tmp_path / "out")]) == 3
+    err = capsys.readouterr().err
+    assert "stopping before RL" in err and "accuracy on plain prompts is 0.040" in err
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Summary arithmetic on a hand-made results.csv
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _write_csv(path, rows):
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=cpo_vs_grpo.RESULT_COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({column: row.get(column, "") for column in cpo_vs_grpo.RESULT_COLUMNS})
+
+
+def test_summary_numbers_by_hand(tmp_path):
+    rows = []
+    # grpo: val 0.2 -> 0.4 (seed 0), 0.2 -> 0.2 (seed 1); cpo: 0.2 -> 0.6 (both seeds). Steps 0 and 2.
+    for method, finals, times in (("grpo", (0.4, 0.2), (2.0, 4.0)), ("cpo:seq_kl", (0.6, 0.6), (3.0, 3.0))):
+        for seed, (final, time_s) in enumerate(zip(finals, times)):
+            rows += [
+                {"method": method, "seed": seed, "step": 0, "val_acc": 0.2},
+                {"method": method, "seed": seed, "step": 1, "train_reward": -0.5, "step_time_s": 100.0},
+                {"method": method, "seed": seed, "step": 2, "val_acc": final, "train_reward": 0, "step_time_s": time_s},
+            ]
+    _write_csv(tmp_path / "results.csv", rows)
+    stats = summary.summarize(summary.read_results(tmp_path / "results.csv"))
+    assert stats["threshold"] == pytest.approx(0.3)
+    grpo, cpo = stats["methods"]["grpo"], stats["methods"]["cpo:seq_kl"]
+    assert grpo["final"] == pytest.approx((0.3, statistics.stdev([0.4, 0.2])))
+    assert grpo["auc"] == pytest.approx((0.25, statistics.stdev([0.3, 0.2])))  # (0.2+0.4)/2, (0.2+0.2)/2
+    assert (grpo["steps_to_threshold"], grpo["reached"]) == (2, 1)
+    assert grpo["step_time_s"] == pytest.approx(3.0)  # step 1 (warm-up) left out
+    assert cpo["final"] == pytest.approx((0.6, 0.0)) and cpo["step_time_ratio"] == pytest.approx(1.0)
+    assert grpo["first"] == pytest.approx((0.2, 0.0))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The whole pipeline, --quick
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def quick_experiment(tmp_path_factory):
+    out = tmp_path_factory.mktemp("experiment") / "cpo_vs_grpo"
+    assert cpo_vs_grpo.main(["--quick", "--output-dir", str(out)]) == 0
+    return out
+
+
+def _csv_rows(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _numbers(cell: str) -> list[float]:
+    return [float(x) for x in re.findall(r"-?\d+\.\d+", cell)]
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(900)
+def test_quick_experiment_writes_every_artifact_and_covers_every_run_and_step(quick_experiment):
+    for name in ("results.csv", "summary.md", "curves.png", "credit_report.html", "experiment.json"):
+        assert (quick_experiment / name).is_file(), name
+    assert (quick_experiment / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = _csv_rows(quick_experiment / "results.csv")
+    steps = cpo_vs_grpo.QUICK_SCHEDULE.steps
+    expected = {(m, str(s), str(t)) for m in ("grpo", "cpo:seq_kl") for s in (0, 1) for t in range(steps + 1)}
+    assert {(r["method"], r["seed"], r["step"]) for r in rows} == expected
+    assert len(rows) == len(expected)
+    for row in rows:
+        if row["val_acc"] != "":
+            assert 0.0 <= float(row["val_acc"]) <= 1.0
+        if row["step"] != "0":
+            assert float(row["step_time_s"]) > 0 and -1.0 <= float(row["train_reward"]) <= 1.0
+    validated = {(r["method"], r["seed"], int(r["step"])) for r in rows if r["val_acc"] != ""}
+    assert all((m, s, 0) in validated and (m, s, steps) in validated for m, s, _ in validated)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(900)
+def test_summary_numbers_equal_those_recomputed_from_results_csv(quick_experiment):
+    rows = _csv_rows(quick_experiment / "results.csv")
+    curves = {}
+    for row in rows:
+        if row["val_acc"] != "":
+            curves.setdefault((row["method"], row["seed"]), []).append((int(row["step"]), float(row["val_acc"])))
+    times = {}
+    for row in rows:
+        if int(row["step"]) >= 2:
+            times.setdefault((row["method"], row["seed"]), []).append(float(row["step_time_s"]))
+    table = [line for line in (quick_experiment / "summary.md").read_text().splitlines() if line.startswith("| ")]
+    by_method = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]] for line in table[1:]}
+    grpo_time = statistics.fmean(statistics.fmean(times[("grpo", s)]) for s in ("0", "1"))
+    for method in ("grpo", "cpo:seq_kl"):
+        method_curves = [sorted(curves[(method, s)]) for s in ("0", "1")]
+        finals = [c[-1][1] for c in method_curves]
+        aucs = []
+        for c in method_curves:
+            xs, ys = [s for s, _ in c], [a for _, a in c]
+            area = sum((xs[i + 1] - xs[i]) * (ys[i] + ys[i + 1]) / 2 for i in range(len(xs) - 1))
+            aucs.append(area / (xs[-1] - xs[0]))
+        step_time = statistics.fmean(statistics.fmean(times[(method, s)]) for s in ("0", "1"))
+        seeds, first, final, auc, _, time_cell, ratio = by_method[method]
+        assert seeds == "2"
+        firsts = [c[0][1] for c in method_curves]
+        assert _numbers(first) == pytest.approx([statistics.fmean(firsts), statistics.stdev(firsts)], abs=1e-4)
+        assert _numbers(final) == pytest.approx([statistics.fmean(finals), statistics.stdev(finals)], abs=1e-4)
+        assert _numbers(auc) == pytest.approx([statistics.fmean(aucs), statistics.stdev(aucs)], abs=1e-4)
+        assert float(time_cell) == pytest.approx(step_time, abs=1e-3)
+        assert float(ratio) == pytest.approx(step_time / grpo_time, abs=1e-3)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(900)
+def test_credit_report_shows_the_dumped_token_values(quick_experiment):
+    dump_dir = quick_experiment / "runs" / "cpo_seq_kl__seed0" / "credit_dump"
+    dumps = [
+        json.loads((dump_dir / f"step_{step}.json").read_text()) for step in cpo_vs_grpo.QUICK_SCHEDULE.credit_steps
+    ]
+    with open(quick_experiment / "credit_report.html", newline="") as handle:  # keep "\r" tokens as written
+        page = handle.read()
+    assert "http://" not in page and "https://" not in page  # self-contained
+    spans = re.findall(
+        r'<span class="tok" data-delta="([^"]+)" data-adv="([^"]+)" title="[^"]*"[^>]*>([^<]*)</span>', page
+    )
+    shown = [(float(d), float(a), html.unescape(t)) for d, a, t in spans]
+    expected = []
+    for dump in dumps:
+        assert dump["wrap_method"] == "seq_kl" and dump["rows"]
+        kinds = {row["kind"] for row in dump["rows"]}
+        for kind in ("mixed_correct", "mixed_wrong", "all_wrong", "all_correct"):
+            rows = [row for row in dump["rows"] if row["kind"] == kind][:2]
+            for row in rows:
+                for i, token in enumerate(row["tokens"]):
+                    expected.append((row["delta"][i], row["advantage_shaped"][i] - row["advantage"][i], token))
+        for row in dump["rows"]:
+            assert row["delta"] == pytest.approx(
+                [g - o for g, o in zip(row["gw_log_probs"], row["old_log_probs"])], abs=2e-6
+            )
+            if row["kind"] == "all_wrong":  # seq_kl, all-wrong group: A += neg_alpha * mean(delta)
+                shift = dump["neg_alpha"] * statistics.fmean(row["delta"])
+                changes = [s - a for s, a in zip(row["advantage_shaped"], row["advantage"])]
+                assert changes == pytest.approx([shift] * len(changes), abs=1e-4)
+        assert kinds <= {"mixed_correct", "mixed_wrong", "all_wrong", "all_correct"}
+    assert [(d, t) for d, _, t in shown] == [(d, t) for d, _, t in expected]
+    assert [a for _, a, _ in shown] == pytest.approx([a for _, a, _ in expected], abs=1e-9)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(900)
+def test_resume_keeps_finished_runs_and_reruns_only_the_unfinished(quick_experiment, monkeypatch, tmp_path, capsys):
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(quick_experiment, out)
+    unfinished = out / "runs" / "grpo__seed1"
+    (unfinished / "run.json").unlink()
+    saved_metrics = (unfinished / "metrics.jsonl").read_text()
+    calls = []
+
+    def fake_training(overrides, log_path, **kwargs):
+        calls.append(log_path.parent.name)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        (log_path.parent / "metrics.jsonl").write_text(saved_metrics)
+        log_path.write_text("")
+        return type("Run", (), {"returncode": 0, "wall_s": 1.0, "log_path": log_path})()
+
+    monkeypatch.setattr(cpo_vs_grpo, "launch_training", fake_training)
+    assert cpo_vs_grpo.main(["--quick", "--resume", "--output-dir", str(out)]) == 0
+    assert calls == ["grpo__seed1"]
+    assert _csv_rows(out / "results.csv") == _csv_rows(quick_experiment / "results.csv")
+    assert capsys.readouterr().out.count("finished earlier, kept") == 3
