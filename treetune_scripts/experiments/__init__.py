@@ -11,3 +11,4 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
+"""The CPU experiments: the warm start (verl SFT), CPO vs matched GRPO over seeds, and their summary."""
