@@ -25,7 +25,8 @@ driver never sees. The dump recomputes the entropy with one extra forward pass o
 (before the update, so it is the old policy's; identical to the loss's for the first mini-batch of the first epoch).
 At a listed step the trainer also scores every row under the hint (as ``cpo.hint.rescore=all`` would), so the dump
 shows the real ``δ`` of each response it keeps. These passes and the file are the whole cost, paid only at the
-listed steps: with ``steps: []`` (default) nothing runs. ``treetune_scripts/credit_report.py`` turns the files into one HTML page.
+listed steps: with ``steps: []`` (default) nothing runs. ``treetune_scripts/credit_report.py`` turns the files into
+one HTML page.
 """
 
 from __future__ import annotations
