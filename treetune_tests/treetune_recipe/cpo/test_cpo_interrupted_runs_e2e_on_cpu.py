@@ -38,7 +38,7 @@ from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, tiny_run_overrides
 from treetune_verl.run_folder import COMPLETE_MARKER, LOCK_FILE
 
 ENTRY_MODULE = "treetune_recipe.cpo.main_cpo"
-STEPS = 8  # more than both runs reach: each is stopped by its signal
+STEPS = 200  # far more than both runs reach (a step takes ~2 s on CPU): each is stopped by its signal
 STEP_TIMEOUT_S = 480
 EXIT_GRACE_S = 60
 
