@@ -45,6 +45,7 @@ import os
 import random
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 # Bump whenever the builder changes what it writes: the cache key changes with it.
@@ -375,6 +376,35 @@ def _write_assets(config: TinyAssetsConfig, out_dir: Path) -> None:
     (out_dir / "build_info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
 
 
+def build_cached(final_dir: Path, write: Callable[[Path], None], *, force: bool = False) -> Path:
+    """Return the cache folder ``final_dir``, first building it with ``write(tmp_dir)`` if it is missing (or ``force``).
+
+    ``write`` fills a fresh temporary folder beside ``final_dir``, which is then renamed into place, so a reader
+    never sees a half-written folder. When concurrent builders race, the first rename wins and the others (same
+    content: the folder name is its content hash) drop their copy.
+    """
+    if final_dir.is_dir() and not force:
+        return final_dir
+    final_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.tmp-", dir=final_dir.parent))
+    tmp_dir.chmod(0o755)  # mkdtemp makes it private; the final folder should be readable like any other
+    try:
+        write(tmp_dir)
+        if force and final_dir.is_dir():
+            trash_dir = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.old-", dir=final_dir.parent))
+            os.replace(final_dir, trash_dir / "old")
+            shutil.rmtree(trash_dir, ignore_errors=True)
+        try:
+            os.rename(tmp_dir, final_dir)
+        except OSError:
+            # Another process finished the same build first; its folder has identical content.
+            if not final_dir.is_dir():
+                raise
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+    return final_dir
+
+
 def build_tiny_assets(
     cache_root: Path | str | None = None, *, force: bool = False, config: TinyAssetsConfig | None = None
 ) -> Path:
@@ -391,28 +421,7 @@ def build_tiny_assets(
     """
     config = config or TinyAssetsConfig()
     cache_root = Path(cache_root) if cache_root is not None else default_cache_root()
-    final_dir = cache_root / content_hash(config)
-    if final_dir.is_dir() and not force:
-        return final_dir
-
-    cache_root.mkdir(parents=True, exist_ok=True)
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.tmp-", dir=cache_root))
-    tmp_dir.chmod(0o755)  # mkdtemp makes it private; the final folder should be readable like any other
-    try:
-        _write_assets(config, tmp_dir)
-        if force and final_dir.is_dir():
-            trash_dir = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.old-", dir=cache_root))
-            os.replace(final_dir, trash_dir / "old")
-            shutil.rmtree(trash_dir, ignore_errors=True)
-        try:
-            os.rename(tmp_dir, final_dir)
-        except OSError:
-            # Another process finished the same build first; its folder has identical content.
-            if not final_dir.is_dir():
-                raise
-    finally:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
-    return final_dir
+    return build_cached(cache_root / content_hash(config), functools.partial(_write_assets, config), force=force)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -39,17 +39,23 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from treetune_scripts.make_tiny_assets import TinyAssetsConfig, build_tiny_assets, content_hash, default_cache_root
+from treetune_scripts.make_tiny_assets import (
+    TinyAssetsConfig,
+    build_cached,
+    build_tiny_assets,
+    content_hash,
+    default_cache_root,
+)
 
 WARM_START_VERSION = "warm-start-v1"
 #: The experiments' hint wording: the default's opening and request on one line (the default's rules would triple the
@@ -291,48 +297,39 @@ def build_warm_start(
         ``data/`` (the task's train/val/test parquet files, copied from the assets), ``build_info.json`` (config,
         accuracies, SFT wall time) and ``sft.log``.
     """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
-
     cache_root = Path(cache_root) if cache_root is not None else default_cache_root()
     final_dir = cache_root / "warm_start" / warm_start_hash(config)
     if final_dir.is_dir() and not force:
         return final_dir
     assets_dir = build_tiny_assets(cache_root, config=config.assets)
-    final_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.tmp-", dir=final_dir.parent))
-    tmp_dir.chmod(0o755)
-    try:
-        started = time.monotonic()
-        hf_dir = run_sft(config, assets_dir, tmp_dir, tmp_dir / "sft.log")
-        sft_wall_s = time.monotonic() - started
-        model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
-        model.save_pretrained(tmp_dir / "model")
-        AutoTokenizer.from_pretrained(assets_dir / "model").save_pretrained(tmp_dir / "model")
-        GenerationConfig.from_pretrained(assets_dir / "model").save_pretrained(tmp_dir / "model")
-        shutil.copytree(assets_dir / "data", tmp_dir / "data")
-        for leftover in ("checkpoints", "hydra", "sft_train.parquet", "sft_val.parquet"):
-            target = tmp_dir / leftover
-            shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
-        info = {
-            "builder": WARM_START_VERSION,
-            "trainer": "verl.trainer.sft_trainer (CPU backend, torch.distributed.run, 1 process)",
-            "config": dataclasses.asdict(config),
-            "sft_wall_s": round(sft_wall_s, 1),
-            "parameters": sum(p.numel() for p in model.parameters()),
-            **measure_accuracy(tmp_dir / "model", tmp_dir / "data" / "val.parquet", config.eval_max_new_tokens),
-        }
-        (tmp_dir / "build_info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-        if force and final_dir.is_dir():
-            shutil.rmtree(final_dir)
-        try:
-            os.rename(tmp_dir, final_dir)
-        except OSError:
-            if not final_dir.is_dir():
-                raise
-    finally:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
-    return final_dir
+    return build_cached(final_dir, functools.partial(_write_warm_start, config, assets_dir), force=force)
+
+
+def _write_warm_start(config: WarmStartConfig, assets_dir: Path, out_dir: Path) -> None:
+    """Run the SFT from the assets in ``assets_dir`` and write the warm start's files into ``out_dir``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    started = time.monotonic()
+    hf_dir = run_sft(config, assets_dir, out_dir, out_dir / "sft.log")
+    sft_wall_s = time.monotonic() - started
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
+    model.save_pretrained(out_dir / "model")
+    AutoTokenizer.from_pretrained(assets_dir / "model").save_pretrained(out_dir / "model")
+    GenerationConfig.from_pretrained(assets_dir / "model").save_pretrained(out_dir / "model")
+    shutil.copytree(assets_dir / "data", out_dir / "data")
+    for leftover in ("checkpoints", "hydra", "sft_train.parquet", "sft_val.parquet"):
+        target = out_dir / leftover
+        shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+    info = {
+        "builder": WARM_START_VERSION,
+        "trainer": "verl.trainer.sft_trainer (CPU backend, torch.distributed.run, 1 process)",
+        "config": dataclasses.asdict(config),
+        "sft_wall_s": round(sft_wall_s, 1),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        **measure_accuracy(out_dir / "model", out_dir / "data" / "val.parquet", config.eval_max_new_tokens),
+    }
+    (out_dir / "build_info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
 
 
 def read_build_info(warm_start_dir: Path) -> dict:
