@@ -97,7 +97,7 @@ class HintConfig:
         None, "Chat-template enable_thinking for the hint prompt; null = as in data.apply_chat_template_kwargs."
     )
     max_prompt_length: int | None = _config_field(
-        None, "Width (tokens) of the hint prompt; null = data.max_prompt_length + max_prompt_length_margin."
+        None, "Longest hint prompt (tokens); null = data.max_prompt_length + max_prompt_length_margin."
     )
     max_prompt_length_margin: int = _config_field(
         512, "Extra tokens over data.max_prompt_length for the hint prompt when max_prompt_length is null."
@@ -202,13 +202,13 @@ def build_hint_batch(
             ``hint_config.enable_thinking``, when set, overrides their ``enable_thinking``.
 
     Returns:
-        ``(hint_batch, metrics)``. ``hint_batch`` has ``prompts [B, W]`` (W = ``hint_config.max_prompt_length``,
-        left-padded with the pad id, or EOS without one), ``responses`` and ``response_mask [B, T]`` (the input's),
-        ``input_ids``, ``attention_mask`` and ``position_ids [B, W+T]`` (response part of the attention mask and
-        response positions relative to the prompt end are the input's), ``non_tensor_batch["hint_missing"]`` (bool
-        ``[B]``), and ``meta_info`` = a copy of the input's with ``global_token_num`` recomputed. ``metrics`` has
-        ``cpo/hint_prompt_len_mean``, ``cpo/hint_prompt_len_max`` (over rows with a hint), ``cpo/hint_truncated_frac``
-        and ``cpo/hint_missing_frac`` (fractions of rows).
+        ``(hint_batch, metrics)``. ``hint_batch`` has ``prompts [B, W]`` (W = the longest hint prompt of the batch,
+        at most ``hint_config.max_prompt_length``; left-padded with the pad id, or EOS without one), ``responses``
+        and ``response_mask [B, T]`` (the input's), ``input_ids``, ``attention_mask`` and ``position_ids [B, W+T]``
+        (response part of the attention mask and response positions relative to the prompt end are the input's),
+        ``non_tensor_batch["hint_missing"]`` (bool ``[B]``), and ``meta_info`` = a copy of the input's with
+        ``global_token_num`` recomputed. ``metrics`` has ``cpo/hint_prompt_len_mean``, ``cpo/hint_prompt_len_max``
+        (over rows with a hint), ``cpo/hint_truncated_frac`` and ``cpo/hint_missing_frac`` (fractions of rows).
     """
     width = hint_config.max_prompt_length
     if width is None:
@@ -243,7 +243,9 @@ def build_hint_batch(
     for group in np.flatnonzero(groups.missing):
         group_ids[group] = _original_prompt_ids(batch, int(group_first_row[group]), width, groups.labels[group])
 
-    group_prompts, group_lengths = _left_pad(group_ids, width, pad_id)
+    # Only as wide as the longest prompt: padding columns would cost memory and transfer, and compute where the actor
+    # does not unpad.
+    group_prompts, group_lengths = _left_pad(group_ids, max(map(len, group_ids)), pad_id)
     row_index = torch.as_tensor(row_to_group)
     hint_prompt_len = group_lengths[row_index]
     tensors = _assemble_rows(batch, group_prompts.index_select(0, row_index), hint_prompt_len)

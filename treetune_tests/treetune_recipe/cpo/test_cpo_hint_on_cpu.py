@@ -172,12 +172,15 @@ def test_hint_prompt_is_the_chat_template_rendering(family, data_kwargs, hint_th
 def test_responses_masks_and_positions_follow_verl_conventions(family):
     tokenizer = build_tokenizer(family)
     batch = make_batch(tokenizer, PROBLEMS, prompt_width=64, response_width=20)
-    width = 150
-    hint_batch, _ = build_hint_batch(batch, tokenizer, _config(max_prompt_length=width))
+    hint_batch, _ = build_hint_batch(batch, tokenizer, _config(max_prompt_length=150))
     hint, original = hint_batch.batch, batch.batch
 
+    # The prompt part is as wide as the longest hint prompt of the batch (max_prompt_length is only a cap).
+    width = max(len(_valid_prompt(hint_batch, row)) for row in range(len(batch)))
+    assert width < 150
     assert hint["prompts"].shape == (len(batch), width)
-    assert hint["input_ids"].shape == hint["attention_mask"].shape == hint["position_ids"].shape == (len(batch), 170)
+    shape = (len(batch), width + 20)
+    assert hint["input_ids"].shape == hint["attention_mask"].shape == hint["position_ids"].shape == shape
     assert torch.equal(hint["responses"], original["responses"])
     assert torch.equal(hint["response_mask"], original["response_mask"])
     assert torch.equal(hint["attention_mask"][:, width:], original["attention_mask"][:, 64:])
@@ -204,8 +207,9 @@ def test_response_positions_keep_their_offset_from_the_prompt_end():
     prompt_len = batch.batch["attention_mask"][:, :64].sum(-1, keepdim=True)
     batch.batch["position_ids"][:, 64:] = prompt_len + torch.arange(20)[None, :]
     hint_batch, _ = build_hint_batch(batch, tokenizer, _config(max_prompt_length=150))
-    hint_len = hint_batch.batch["attention_mask"][:, :150].sum(-1, keepdim=True)
-    torch.testing.assert_close(hint_batch.batch["position_ids"][:, 150:], hint_len + torch.arange(20)[None, :])
+    width = hint_batch.batch["prompts"].shape[1]
+    hint_len = hint_batch.batch["attention_mask"][:, :width].sum(-1, keepdim=True)
+    torch.testing.assert_close(hint_batch.batch["position_ids"][:, width:], hint_len + torch.arange(20)[None, :])
 
 
 def test_verl_padding_helpers_align_the_hint_batch_with_the_responses(verl_pad_helpers):
@@ -332,7 +336,15 @@ def test_skip_with_every_solution_missing():
     batch = make_batch(tokenizer, PROBLEMS, extra_infos=[{"index": p["index"]} for p in PROBLEMS])
     hint_batch, metrics = build_hint_batch(batch, tokenizer, _config(on_missing="skip"))
     assert hint_batch.non_tensor_batch["hint_missing"].all()
-    torch.testing.assert_close(hint_batch.batch["input_ids"][:, -96 - 24 :], batch.batch["input_ids"])
+    # The original rows, less the padding columns that no row uses.
+    width = hint_batch.batch["prompts"].shape[1]
+    first_column = 96 - width
+    assert (
+        not batch.batch["attention_mask"][:, :first_column].any()
+        and batch.batch["attention_mask"][:, first_column].any()
+    )
+    for key in ("input_ids", "attention_mask", "position_ids"):
+        torch.testing.assert_close(hint_batch.batch[key], batch.batch[key][:, first_column:], msg=key)
     assert metrics == {
         "cpo/hint_prompt_len_mean": 0.0,
         "cpo/hint_prompt_len_max": 0.0,
