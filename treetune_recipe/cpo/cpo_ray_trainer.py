@@ -36,8 +36,10 @@ import torch
 from verl import DataProto
 from verl.protocol import pad_dataproto_to_divisor
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from verl.utils import tensordict_utils as tu
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
+from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
 from treetune_recipe.cpo.config import CPOConfig
 from treetune_recipe.cpo.cpo_core_algos import (  # importing registers the "cpo" estimator
@@ -131,8 +133,10 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RayPPOTrainer):
 
         Returns:
             ``(gw_log_probs [B, T], scored_rows bool [B], metrics, hint_batch)``; ``scored_rows`` are the rows really
-            scored under a hint prompt; ``metrics`` has ``cpo/hint_rows_frac`` and, when a pass ran, the hint-batch
-            metrics; ``hint_batch`` holds the hint prompts of the selected rows (None when no pass ran).
+            scored under a hint prompt; ``metrics`` has ``cpo/hint_rows_frac``, ``cpo/hint_token_ratio`` (tokens of
+            the hinted pass over tokens of the old-log-prob pass, both without padding; 0 without a pass) and, when
+            a pass ran, the hint-batch metrics; ``hint_batch`` holds the hint prompts of the selected rows (None when
+            no pass ran).
         """
         old_log_probs = batch.batch["old_log_probs"]
         if self.hint_config.rescore == "all" or score_all:
@@ -141,7 +145,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RayPPOTrainer):
             rows = rows_reading_hint(
                 self.cpo_config.wrap_method, seq_rewards=seq_rewards, difficulty=difficulty, cfg=self.cpo_config
             ).cpu()
-        metrics = {"cpo/hint_rows_frac": rows.float().mean().item()}
+        metrics = {"cpo/hint_rows_frac": rows.float().mean().item(), "cpo/hint_token_ratio": 0.0}
         gw_log_probs = old_log_probs.clone()
         scored_rows = torch.zeros(len(batch), dtype=torch.bool)
         if not rows.any():
@@ -163,16 +167,20 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RayPPOTrainer):
         )
         gw_log_probs[rows] = hinted
         scored_rows[rows] = ~hint_missing
+        plain_tokens = batch.batch["attention_mask"].sum()
+        metrics["cpo/hint_token_ratio"] = (hint_batch.batch["attention_mask"].sum() / plain_tokens).item()
         return gw_log_probs, scored_rows, {**metrics, **build_metrics}, hint_batch
 
     def _score_hint_batch(self, hint_batch: DataProto) -> torch.Tensor:
         """Log-probs ``[N, T]`` of the hint batch's responses from the actor, through verl's old-log-prob pass.
 
         The pass keeps the actor's batching knobs (dynamic batch size and token budget, or fixed micro-batches),
-        exactly as for ``old_log_probs``. The batch is padded with repeats of its first rows to a multiple of the
-        data-parallel size (times the log-prob micro-batch size without dynamic batch size) and, with
-        ``trainer.balance_batch``, its rows are spread over the DP ranks by token count, as ``fit`` does. With the
-        actor's parameters resident (FSDP without ``param_offload``), the request skips the engine's offload switch.
+        exactly as for ``old_log_probs``, and like it sends the rows without padding, so that its cost follows the
+        tokens scored. The batch is padded with repeats of its first rows to a multiple of the data-parallel size
+        (times the log-prob micro-batch size without dynamic batch size) and, with ``trainer.balance_batch``, its
+        rows are spread over the DP ranks by token count, as ``fit`` does. Unlike the old-log-prob pass it asks for no
+        entropy (the wrappers read the plain pass's), and with the actor's parameters resident (FSDP without
+        ``param_offload``) it skips the engine's offload switch.
         """
         # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._get_dp_size (dispatch info of mesh "actor")
         dp_size = self._get_dp_size(self.actor_rollout_wg, "actor")
@@ -187,16 +195,19 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RayPPOTrainer):
             # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._balance_batch reorders in place
             self._balance_batch(padded, metrics={})
         row = padded.batch.pop("cpo_hint_row")
+        # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._compute_old_log_prob (steps 1-4 of the engine
+        # path: tensordict, no padding, request flags, back to padding)
+        request = left_right_2_no_padding(padded.to_tensordict())
+        tu.assign_non_tensor(request, calculate_entropy=False, compute_loss=False)
         actor = actor_rollout_ref.actor
         if actor.strategy in ("fsdp", "fsdp2") and not actor.fsdp_config.get("param_offload", False):
             # SYNC WARNING: verl/workers/engine/base.py:BaseEngineCtx._context_switch
-            # With resident parameters the engine's eval-mode switch only runs gc.collect() (twice on CPU, ~0.7 s
-            # of a ~1 s tiny pass); the old-log-prob pass of this step has just paid for it.
-            padded.meta_info["disable_auto_offload"] = True
-        # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._compute_old_log_prob returns (DataProto, mfu)
-        output, _ = self._compute_old_log_prob(padded)
-        log_probs = torch.empty_like(output.batch["old_log_probs"])
-        log_probs[row] = output.batch["old_log_probs"]
+            # With resident parameters the engine's eval-mode switch only runs gc.collect(); the old-log-prob pass
+            # of this step has just paid for it.
+            tu.assign_non_tensor(request, disable_auto_offload=True)
+        output = self.actor_rollout_wg.compute_log_prob(request)
+        log_probs = torch.empty_like(padded.batch["responses"], dtype=torch.float32)
+        log_probs[row] = no_padding_2_padding(tu.get(output, "log_probs"), request).float()
         return log_probs[: len(hint_batch)]
 
     def _step_cpo_metrics(self, batch: DataProto, scored_rows: torch.Tensor) -> dict[str, float]:

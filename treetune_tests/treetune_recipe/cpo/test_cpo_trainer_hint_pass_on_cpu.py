@@ -77,9 +77,11 @@ class FakeActorGroup:
             assert (rows // self.dp_size) % self.micro_batch_size == 0, "fixed micro-batches must divide each rank"
         self.log_prob_requests.append(data)
         per_row = [fake_log_probs(ids) for ids in data["input_ids"].unbind()]
-        log_probs = torch.nested.as_nested_tensor(per_row, layout=torch.jagged)
-        entropy = torch.nested.as_nested_tensor([torch.ones_like(x) for x in per_row], layout=torch.jagged)
-        return tu.get_tensordict({"log_probs": log_probs, "entropy": entropy}, non_tensor_dict={"metrics": {"mfu": 0}})
+        outputs = {"log_probs": torch.nested.as_nested_tensor(per_row, layout=torch.jagged)}
+        if tu.get(data, "calculate_entropy"):  # like verl's engine: entropy only when asked for
+            ones = [torch.ones_like(x) for x in per_row]
+            outputs["entropy"] = torch.nested.as_nested_tensor(ones, layout=torch.jagged)
+        return tu.get_tensordict(outputs, non_tensor_dict={"metrics": {"mfu": 0}})
 
     def update_actor(self, data: TensorDict) -> TensorDict:
         self.update_requests.append(data)
@@ -217,6 +219,12 @@ def test_needed_and_all_give_identical_loss_inputs_and_shaped_advantages(monkeyp
     assert hint_rows_needed == -(-int(rows.sum()) // group) * group
     assert metrics_all["cpo/hint_rows_frac"] == 1.0
     assert metrics_needed["cpo/hint_rows_frac"] == pytest.approx(rows.float().mean().item())
+    # Tokens scored under the hint over tokens of the old-log-prob pass (hint prompts are longer than plain ones).
+    hint_tokens = build_hint_batch(batch, trainer.tokenizer, trainer.hint_config)[0].batch["attention_mask"].sum(-1)
+    plain_tokens = batch.batch["attention_mask"].sum()
+    assert metrics_all["cpo/hint_token_ratio"] == pytest.approx((hint_tokens.sum() / plain_tokens).item())
+    assert metrics_needed["cpo/hint_token_ratio"] == pytest.approx((hint_tokens[rows].sum() / plain_tokens).item())
+    assert metrics_needed["cpo/hint_token_ratio"] > metrics_needed["cpo/hint_rows_frac"]
     assert metrics_needed["timing_s/cpo_gw_log_prob"] > 0
 
 
@@ -234,9 +242,12 @@ def test_hinted_pass_sends_the_same_batching_flags_as_the_old_log_prob_pass(monk
 
     ignore = {"max_seq_len", "indices", "global_token_num"}  # widths and token counts of each batch
     assert {"calculate_entropy", "compute_loss", "temperature"} <= set(flags(hinted))
-    # The one difference: parameters are resident, so the hinted pass skips the engine's offload switch.
+    assert flags(plain)["calculate_entropy"] is True
+    # The differences: CPO reads the entropy of the plain pass only, and with resident parameters the hinted pass
+    # skips the engine's offload switch.
     assert {k: v for k, v in flags(hinted).items() if k not in ignore} == {
         **{k: v for k, v in flags(plain).items() if k not in ignore},
+        "calculate_entropy": False,
         "disable_auto_offload": True,
     }
     # No batching knob is set by the caller: the worker applies the actor's own (dynamic batch size, token budget).
