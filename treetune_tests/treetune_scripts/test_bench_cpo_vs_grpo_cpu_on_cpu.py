@@ -29,11 +29,12 @@ CPO_ALL = {
     "timing_s/cpo_hint_batch": 0.2,
     "timing_s/cpo_gw_log_prob": 0.9,
     "cpo/hint_rows_frac": 1.0,
+    "cpo/hint_token_ratio": 2.0,
 }
-CPO_NEEDED = {**CPO_ALL, "timing_s/cpo_gw_log_prob": 0.4, "cpo/hint_rows_frac": 0.5}
+CPO_NEEDED = {**CPO_ALL, "timing_s/cpo_gw_log_prob": 0.4, "cpo/hint_rows_frac": 0.5, "cpo/hint_token_ratio": 1.0}
 
 
-def test_mean_drops_warmup_counts_a_skipped_part_as_zero_and_averages_hint_rows_frac():
+def test_mean_drops_warmup_counts_a_skipped_part_as_zero_and_averages_the_hint_fractions():
     metrics = {
         1: {"timing_s/step": 100.0, "timing_s/cpo_gw_log_prob": 50.0, "cpo/hint_rows_frac": 1.0},
         2: {"timing_s/step": 4.0, "timing_s/cpo_gw_log_prob": 1.0, "cpo/hint_rows_frac": 0.5},
@@ -41,6 +42,8 @@ def test_mean_drops_warmup_counts_a_skipped_part_as_zero_and_averages_hint_rows_
     }
     means = bench.mean_metrics(metrics, warmup=1)
     assert means == {"timing_s/step": 3.0, "timing_s/cpo_gw_log_prob": 0.5, "cpo/hint_rows_frac": 0.25}
+    metrics[2]["cpo/hint_token_ratio"], metrics[3]["cpo/hint_token_ratio"] = 1.5, 0.0
+    assert bench.mean_metrics(metrics, warmup=1)["cpo/hint_token_ratio"] == 0.75
     with pytest.raises(ValueError, match="No step after the 3 warm-up"):
         bench.mean_metrics(metrics, warmup=3)
 
@@ -63,14 +66,22 @@ def test_table_nests_the_hint_parts_under_update_actor_with_the_remainder():
     assert step[1:] == ["4.000", "5.200", "5.200", "1.30x", "1.30x"]
 
 
-def test_summary_reports_ratio_fraction_and_the_target():
+def test_summary_reports_ratio_fractions_and_the_targets():
     summary = bench.format_summary({"grpo": GRPO, "cpo_all": CPO_ALL, "cpo_needed": CPO_NEEDED})
-    assert re.search(r"cpo_all\s+5\.200\s+1\.12\s+1\.00", summary)
-    assert re.search(r"cpo_needed\s+5\.200\s+0\.50\s+0\.50", summary)
-    assert re.search(r"grpo\s+4\.000\s+-\s+-", summary)
-    assert summary.endswith("0.50 <= hint_rows_frac 0.50 + 0.1: met")
-    slow = {**CPO_NEEDED, "timing_s/cpo_gw_log_prob": 0.8}
-    assert bench.format_summary({"cpo_needed": slow}).endswith("1.00 <= hint_rows_frac 0.50 + 0.1: NOT met")
+    assert re.search(r"cpo_all\s+5\.200\s+1\.12\s+1\.00\s+2\.00", summary)
+    assert re.search(r"cpo_needed\s+5\.200\s+0\.50\s+0\.50\s+1\.00", summary)
+    assert re.search(r"grpo\s+4\.000\s+-\s+-\s+-", summary)
+    lines = summary.splitlines()
+    assert lines[-3].endswith("gw_log_prob/old_log_prob 0.50 <= hint_rows_frac 0.50 + 0.1: met")
+    assert lines[-2].endswith("gw_log_prob/old_log_prob 0.50 <= hint_token_ratio 1.00 + 0.1: met")
+    assert lines[-1].endswith("cpo_gw_log_prob needed/all 0.44 <= hint_rows_frac 0.50 + 0.1: met")
+    slow = {**CPO_NEEDED, "timing_s/cpo_gw_log_prob": 1.2}
+    lines = bench.format_summary({"cpo_all": CPO_ALL, "cpo_needed": slow}).splitlines()
+    assert lines[-3].endswith("1.50 <= hint_rows_frac 0.50 + 0.1: NOT met")
+    assert lines[-2].endswith("1.50 <= hint_token_ratio 1.00 + 0.1: NOT met")
+    assert lines[-1].endswith("needed/all 1.33 <= hint_rows_frac 0.50 + 0.1: NOT met")
+    # Without a cpo_all run there is nothing to compare the selective pass with.
+    assert "needed/all" not in bench.format_summary({"cpo_needed": CPO_NEEDED})
 
 
 def test_a_failed_run_keeps_its_folder_and_names_an_existing_log(monkeypatch, tmp_path, capsys):
