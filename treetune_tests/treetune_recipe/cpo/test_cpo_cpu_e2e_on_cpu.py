@@ -100,6 +100,8 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(assets_dir, tmp_pat
         # seq_kl with neg_alpha=1 moves the advantages of wrong responses.
         assert 0 < values["cpo/success_frac"] < 1, step
         assert values["cpo/hint_rows_frac"] < 1, step
+        # Those rows' hint prompts are longer than their plain prompts: more tokens than their share of the batch.
+        assert values["cpo/hint_rows_frac"] < values["cpo/hint_token_ratio"], step
         assert values["actor/cpo/adv_delta_absmean/wrong"] > 0, step
         assert values["actor/cpo/changed_token_frac"] > 0, step
         assert values["training/rollout_probs_diff_max"] < 0.1
