@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
-from treetune_scripts.bench_cpo_vs_grpo_cpu import mean_timings
+from treetune_scripts.bench_cpo_vs_grpo_cpu import mean_metrics
 from treetune_scripts.make_tiny_assets import build_tiny_assets
 from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, read_metrics
 from treetune_verl.patches import KEEP_VERL_GC_ENV
@@ -82,7 +82,10 @@ def main(argv: list[str] | None = None) -> None:
             name: run_variant(keep, args.warmup + args.steps, Path(work_dir) / name.replace(" ", "_"), args.overrides)
             for name, keep in VARIANTS.items()
         }
-    timings = {name: mean_timings(values, args.warmup) for name, values in metrics.items()}
+    timings = {
+        name: {key: value for key, value in mean_metrics(values, args.warmup).items() if key.startswith("timing_s/")}
+        for name, values in metrics.items()
+    }
     before, after = timings["verl gc kept"], timings["gc skipped"]
     keys = ["timing_s/step"] + sorted((set(before) | set(after)) - {"timing_s/step"})
     print(f"CPU backend, tiny CPO run, mean of steps {args.warmup + 1}-{args.warmup + args.steps}")
