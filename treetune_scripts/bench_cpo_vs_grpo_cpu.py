@@ -40,10 +40,10 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
 from treetune_scripts.make_tiny_assets import build_tiny_assets
-from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, launch_training, read_metrics, tiny_run_overrides
+from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, read_metrics
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "treetune_recipe" / "cpo" / "config"
 RUNS = {
     "grpo": ["algorithm.adv_estimator=grpo"],
     "cpo_all": ["algorithm.adv_estimator=cpo", "cpo.hint.rescore=all"],
@@ -160,19 +160,13 @@ def format_summary(means: dict[str, dict[str, float]]) -> str:
 def run_once(name: str, steps: int, work_dir: Path, overrides: list[str]) -> dict[int, dict[str, float]]:
     """Train ``steps`` steps of run ``name``; returns its metrics by step. SystemExit naming the kept log on failure."""
     run_dir = work_dir / name
-    run = launch_training(
-        [
-            "platform=cpu",
-            *tiny_run_overrides(build_tiny_assets(), run_dir, total_training_steps=steps, experiment_name=name),
-            *COMMON_OVERRIDES,
-            *RUNS[name],
-            f"hydra.run.dir={run_dir / 'hydra'}",
-            *overrides,
-        ],
+    run = launch_cpo_on_cpu(
+        [*COMMON_OVERRIDES, *RUNS[name], f"hydra.run.dir={run_dir / 'hydra'}", *overrides],
         run_dir / "train.log",
-        entry_module="treetune_recipe.cpo.main_cpo",
-        config_dir=CONFIG_DIR,
-        config_name="cpo_trainer",
+        assets_dir=build_tiny_assets(),
+        run_dir=run_dir,
+        total_training_steps=steps,
+        experiment_name=name,
         timeout_s=1200,
         # A fresh local Ray instance per run: without it ray.init joins any cluster started on the machine.
         env={"RAY_ADDRESS": "local"},

@@ -29,28 +29,28 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from treetune_scripts.bench_cpo_vs_grpo_cpu import CONFIG_DIR, mean_timings
+from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
+from treetune_scripts.bench_cpo_vs_grpo_cpu import mean_metrics
 from treetune_scripts.make_tiny_assets import build_tiny_assets
-from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, launch_training, read_metrics, tiny_run_overrides
+from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, read_metrics
 from treetune_verl.patches import KEEP_VERL_GC_ENV
 
 VARIANTS = {"verl gc kept": "1", "gc skipped": "0"}
 
 
 def run_variant(keep_gc: str, steps: int, run_dir: Path, overrides: list[str]) -> dict[int, dict[str, float]]:
-    run = launch_training(
+    run = launch_cpo_on_cpu(
         [
-            "platform=cpu",
-            *tiny_run_overrides(build_tiny_assets(), run_dir, total_training_steps=steps, experiment_name="bench_gc"),
             "actor_rollout_ref.actor.optim.lr=1e-3",
             f"++ray_kwargs.ray_init.runtime_env.env_vars.{KEEP_VERL_GC_ENV}='{keep_gc}'",
             f"hydra.run.dir={run_dir / 'hydra'}",
             *overrides,
         ],
         run_dir / "train.log",
-        entry_module="treetune_recipe.cpo.main_cpo",
-        config_dir=CONFIG_DIR,
-        config_name="cpo_trainer",
+        assets_dir=build_tiny_assets(),
+        run_dir=run_dir,
+        total_training_steps=steps,
+        experiment_name="bench_gc",
         timeout_s=1200,
         env={KEEP_VERL_GC_ENV: keep_gc},
         cwd=run_dir,
@@ -82,7 +82,10 @@ def main(argv: list[str] | None = None) -> None:
             name: run_variant(keep, args.warmup + args.steps, Path(work_dir) / name.replace(" ", "_"), args.overrides)
             for name, keep in VARIANTS.items()
         }
-    timings = {name: mean_timings(values, args.warmup) for name, values in metrics.items()}
+    timings = {
+        name: {key: value for key, value in mean_metrics(values, args.warmup).items() if key.startswith("timing_s/")}
+        for name, values in metrics.items()
+    }
     before, after = timings["verl gc kept"], timings["gc skipped"]
     keys = ["timing_s/step"] + sorted((set(before) | set(after)) - {"timing_s/step"})
     print(f"CPU backend, tiny CPO run, mean of steps {args.warmup + 1}-{args.warmup + args.steps}")

@@ -42,13 +42,14 @@ import sys
 import time
 from pathlib import Path
 
+from treetune_recipe.cpo.cpu_run import CONFIG_DIR, CONFIG_NAME, ENTRY_MODULE
 from treetune_scripts.experiments.warm_start import HINT_OVERRIDES, TASK_RL_OVERRIDES, VAL_ACC_KEY
 from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, launch_training, read_metrics, tiny_run_overrides
 
 DEFAULT_OUTPUT_DIR = Path("outputs/demo")
-DEFAULT_ENTRY_MODULE = "treetune_recipe.cpo.main_cpo"
-DEFAULT_CONFIG_DIR = Path(__file__).resolve().parents[1] / "treetune_recipe" / "cpo" / "config"
-DEFAULT_CONFIG_NAME = "cpo_trainer"
+DEFAULT_ENTRY_MODULE = ENTRY_MODULE
+DEFAULT_CONFIG_DIR = CONFIG_DIR
+DEFAULT_CONFIG_NAME = CONFIG_NAME
 # The demo always runs on the CPU backend, with the warm start's task settings; validation every 5 steps.
 DEMO_OVERRIDES = ["platform=cpu", *TASK_RL_OVERRIDES, "trainer.test_freq=5"]
 # The curves a researcher reads first (learning_curve.png); all_metrics.png has every metric.

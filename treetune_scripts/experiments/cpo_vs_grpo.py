@@ -38,6 +38,7 @@ import sys
 import time
 from pathlib import Path
 
+from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
 from treetune_scripts.experiments import summary
 from treetune_scripts.experiments.warm_start import (
     DEFAULT_WARM_START,
@@ -51,11 +52,9 @@ from treetune_scripts.experiments.warm_start import (
     read_build_info,
     warm_start_hash,
 )
-from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, launch_training, read_metrics, tiny_run_overrides
+from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, read_metrics
 
 DEFAULT_OUTPUT_DIR = Path("outputs/experiments/cpo_vs_grpo")
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "treetune_recipe" / "cpo" / "config"
-ENTRY_MODULE = "treetune_recipe.cpo.main_cpo"
 RESULT_COLUMNS = ["method", "seed", "step", "val_acc", "train_reward", "step_time_s", "cpo_adv_shift", "hint_logratio"]
 _METRIC_COLUMNS = {
     "val_acc": VAL_ACC_KEY,
@@ -78,8 +77,8 @@ class Schedule:
 DEFAULT_SCHEDULE = Schedule(steps=40, test_freq=5, credit_steps=(1, 20, 40))
 QUICK_SCHEDULE = Schedule(steps=3, test_freq=2, credit_steps=(1, 3))
 
-#: Identical for every method (the CPU profile, then the task's RL settings and hint wording).
-SHARED_OVERRIDES = ["platform=cpu", *TASK_RL_OVERRIDES, *HINT_OVERRIDES]
+#: Identical for every method: the task's RL settings and hint wording (the CPU profile comes with the launch).
+SHARED_OVERRIDES = [*TASK_RL_OVERRIDES, *HINT_OVERRIDES]
 
 
 class ExperimentError(RuntimeError):
@@ -117,14 +116,9 @@ def run_name(method: str, seed: int) -> str:
     return f"{method.replace(':', '_')}__seed{seed}"
 
 
-def run_overrides(
-    warm_start_dir: Path, run_dir: Path, method: str, seed: int, schedule: Schedule, dump_credit: bool
-) -> list[str]:
-    """All Hydra overrides of one run; the seed sets the data order and the rollout sampling."""
-    overrides = tiny_run_overrides(
-        warm_start_dir, run_dir, total_training_steps=schedule.steps, experiment_name=run_name(method, seed)
-    )
-    overrides += [
+def run_overrides(run_dir: Path, method: str, seed: int, schedule: Schedule, dump_credit: bool) -> list[str]:
+    """Overrides of one run, after the CPU tiny-run ones; the seed sets the data order and the rollout sampling."""
+    overrides = [
         *SHARED_OVERRIDES,
         f"trainer.test_freq={schedule.test_freq}",
         f"data.seed={seed}",
@@ -256,13 +250,14 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 shutil.rmtree(run_dir, ignore_errors=True)
                 dump = bool(cpo_methods) and method == cpo_methods[0] and seed == 0
-                overrides = run_overrides(warm_dir, run_dir, method, seed, schedule, dump) + list(args.overrides)
-                run = launch_training(
+                overrides = run_overrides(run_dir, method, seed, schedule, dump) + list(args.overrides)
+                run = launch_cpo_on_cpu(
                     overrides,
                     run_dir / "train.log",
-                    entry_module=ENTRY_MODULE,
-                    config_dir=CONFIG_DIR,
-                    config_name="cpo_trainer",
+                    assets_dir=warm_dir,
+                    run_dir=run_dir,
+                    total_training_steps=schedule.steps,
+                    experiment_name=name,
                     timeout_s=args.run_timeout,
                     # RAY_ADDRESS=local: always a fresh Ray instance, never another user's cluster on a shared box.
                     env={"VERL_FILE_LOGGER_PATH": str(run_dir / METRICS_FILE), "RAY_ADDRESS": "local"},

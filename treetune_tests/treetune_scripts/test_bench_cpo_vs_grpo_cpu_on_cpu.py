@@ -96,7 +96,7 @@ def test_a_failed_run_keeps_its_folder_and_names_an_existing_log(monkeypatch, tm
         Path(log_path).write_text("Traceback: boom\n")
         return TrainingRun(returncode=1, wall_s=1.0, peak_rss_bytes=0, timed_out=False, log_path=Path(log_path))
 
-    monkeypatch.setattr(bench, "launch_training", failing_launch)
+    monkeypatch.setattr(bench, "launch_cpo_on_cpu", failing_launch)
     with pytest.raises(SystemExit, match=r"grpo run failed \(exit 1\); its folder is kept, log: (\S+)") as info:
         bench.main(["--steps", "1", "trainer.seed=3"])
     log_path = Path(re.search(r"log: (\S+)", str(info.value)).group(1))

@@ -19,17 +19,15 @@ checkpoints). Start-up errors of bad configs are checked through the same entry 
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 from safetensors.torch import load_file
 
+from treetune_recipe.cpo.cpu_run import ENTRY_MODULE, launch_cpo_on_cpu
 from treetune_scripts.make_tiny_assets import build_tiny_assets
-from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, launch_training, read_metrics, tiny_run_overrides
+from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, read_metrics, tiny_run_overrides
 
-CONFIG_DIR = Path(__file__).resolve().parents[3] / "treetune_recipe" / "cpo" / "config"
-ENTRY_MODULE = "treetune_recipe.cpo.main_cpo"
 RUN_TIMEOUT_S = 480
 # Metrics the trainer logs on the driver, and the ones the CPO loss returns from the workers.
 DRIVER_METRICS = (
@@ -49,19 +47,13 @@ def assets_dir():
 
 def run_cpo(assets_dir, run_dir, *, steps, extra=(), timeout_s=RUN_TIMEOUT_S):
     """Train with the CPO recipe on the CPU profile; returns (run, metrics by step). Asserts a clean exit."""
-    overrides = [
-        "platform=cpu",
-        *tiny_run_overrides(assets_dir, run_dir, total_training_steps=steps, experiment_name="e2e_cpo"),
-        "actor_rollout_ref.rollout.n=4",
-        f"hydra.run.dir={run_dir / 'hydra'}",
-        *extra,
-    ]
-    run = launch_training(
-        overrides,
+    run = launch_cpo_on_cpu(
+        ["actor_rollout_ref.rollout.n=4", f"hydra.run.dir={run_dir / 'hydra'}", *extra],
         run_dir / "train.log",
-        entry_module=ENTRY_MODULE,
-        config_dir=CONFIG_DIR,
-        config_name="cpo_trainer",
+        assets_dir=assets_dir,
+        run_dir=run_dir,
+        total_training_steps=steps,
+        experiment_name="e2e_cpo",
         timeout_s=timeout_s,
         cwd=run_dir,
     )

@@ -22,17 +22,15 @@ tells on which node each trainer worker ran. The cluster is stopped through the 
 """
 
 import math
-from pathlib import Path
 
 import pytest
 import ray
 from ray.cluster_utils import Cluster
 
+from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
 from treetune_scripts.make_tiny_assets import build_tiny_assets
-from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, launch_training, read_metrics, tiny_run_overrides
+from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, read_metrics
 
-CONFIG_DIR = Path(__file__).resolve().parents[3] / "treetune_recipe" / "cpo" / "config"
-ENTRY_MODULE = "treetune_recipe.cpo.main_cpo"
 RUN_TIMEOUT_S = 600
 STEPS = 2
 NODE_RESOURCES = dict(num_cpus=8, num_gpus=1, resources={"cpu": 1}, object_store_memory=300 * 1024**2)
@@ -51,8 +49,6 @@ def two_node_run(tmp_path_factory):
         cluster.add_node(**NODE_RESOURCES)
         cluster.wait_for_nodes()
         overrides = [
-            "platform=cpu",
-            *tiny_run_overrides(assets_dir, run_dir, total_training_steps=STEPS, experiment_name="e2e_multinode"),
             "actor_rollout_ref.rollout.n=4",
             "trainer.nnodes=2",
             "trainer.n_gpus_per_node=1",
@@ -62,12 +58,13 @@ def two_node_run(tmp_path_factory):
             "ray_kwargs.ray_init.resources=null",
             f"hydra.run.dir={run_dir / 'hydra'}",
         ]
-        run = launch_training(
+        run = launch_cpo_on_cpu(
             overrides,
             run_dir / "train.log",
-            entry_module=ENTRY_MODULE,
-            config_dir=CONFIG_DIR,
-            config_name="cpo_trainer",
+            assets_dir=assets_dir,
+            run_dir=run_dir,
+            total_training_steps=STEPS,
+            experiment_name="e2e_multinode",
             timeout_s=RUN_TIMEOUT_S,
             env={"RAY_ADDRESS": cluster.address, "RAY_AUTH_MODE": "disabled"},
             cwd=run_dir,

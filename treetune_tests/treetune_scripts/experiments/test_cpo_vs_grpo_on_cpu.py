@@ -33,7 +33,7 @@ def no_training(*args, **kwargs):
 
 @pytest.fixture
 def no_expensive_work(monkeypatch):
-    monkeypatch.setattr(cpo_vs_grpo, "launch_training", no_training)
+    monkeypatch.setattr(cpo_vs_grpo, "launch_cpo_on_cpu", no_training)
     monkeypatch.setattr(cpo_vs_grpo, "build_warm_start", no_training)
 
 
@@ -52,14 +52,12 @@ def test_methods_are_grpo_or_cpo_with_a_known_wrapper():
 
 def test_only_the_cpo_keys_differ_between_methods(tmp_path):
     schedule = cpo_vs_grpo.QUICK_SCHEDULE
-    grpo = cpo_vs_grpo.run_overrides(tmp_path, tmp_path / "run", "grpo", 1, schedule, dump_credit=False)
-    cpo = cpo_vs_grpo.run_overrides(tmp_path, tmp_path / "run", "cpo:mi3", 1, schedule, dump_credit=False)
+    grpo = cpo_vs_grpo.run_overrides(tmp_path / "run", "grpo", 1, schedule, dump_credit=False)
+    cpo = cpo_vs_grpo.run_overrides(tmp_path / "run", "cpo:mi3", 1, schedule, dump_credit=False)
     assert set(grpo) ^ set(cpo) == {
         "algorithm.adv_estimator=grpo",
         "algorithm.adv_estimator=cpo",
         "cpo.wrap_method=mi3",
-        "trainer.experiment_name=grpo__seed1",
-        "trainer.experiment_name=cpo_mi3__seed1",
     }
     assert "data.seed=1" in grpo and "++actor_rollout_ref.rollout.engine_kwargs.hf.seed=1" in grpo
 
@@ -107,7 +105,7 @@ def test_a_warm_start_outside_the_gate_stops_before_rl(tmp_path, capsys, monkeyp
     info = {"val_acc_plain": 0.04, "val_acc_hint": 0.5, "parameters": 10}
     (warm / "build_info.json").write_text(json.dumps(info))
     monkeypatch.setattr(cpo_vs_grpo, "build_warm_start", lambda config: warm)
-    monkeypatch.setattr(cpo_vs_grpo, "launch_training", no_training)
+    monkeypatch.setattr(cpo_vs_grpo, "launch_cpo_on_cpu", no_training)
     assert cpo_vs_grpo.main(["--output-dir", str(tmp_path / "out")]) == 3
     err = capsys.readouterr().err
     assert "stopping before RL" in err and "accuracy on plain prompts is 0.040" in err
@@ -278,7 +276,7 @@ def test_resume_keeps_finished_runs_and_reruns_only_the_unfinished(quick_experim
         log_path.write_text("")
         return type("Run", (), {"returncode": 0, "wall_s": 1.0, "log_path": log_path})()
 
-    monkeypatch.setattr(cpo_vs_grpo, "launch_training", fake_training)
+    monkeypatch.setattr(cpo_vs_grpo, "launch_cpo_on_cpu", fake_training)
     assert cpo_vs_grpo.main(["--quick", "--resume", "--output-dir", str(out)]) == 0
     assert calls == ["grpo__seed1"]
     assert _csv_rows(out / "results.csv") == _csv_rows(quick_experiment / "results.csv")

@@ -1,0 +1,63 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Launch the CPO recipe on the CPU backend with the tiny-run overrides (benchmarks, experiment, e2e tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from treetune_verl.cpu_backend.tiny_run import TrainingRun, launch_training, tiny_run_overrides
+
+#: The recipe's Hydra config folder (``--config-path``) and its entry point.
+CONFIG_DIR = Path(__file__).resolve().parent / "config"
+CONFIG_NAME = "cpo_trainer"
+ENTRY_MODULE = "treetune_recipe.cpo.main_cpo"
+
+
+def launch_cpo_on_cpu(
+    overrides: list[str],
+    log_path: str | Path,
+    *,
+    assets_dir: str | Path,
+    run_dir: str | Path,
+    total_training_steps: int,
+    experiment_name: str,
+    **launch_kwargs: Any,
+) -> TrainingRun:
+    """:func:`~treetune_verl.cpu_backend.tiny_run.launch_training` of the CPO recipe (``main_cpo``, ``cpo_trainer``).
+
+    Adds ``platform=cpu`` and :func:`~treetune_verl.cpu_backend.tiny_run.tiny_run_overrides` before ``overrides``,
+    so the caller's overrides win.
+
+    Args:
+        overrides: the caller's Hydra overrides, applied after the common ones.
+        log_path: where to write the combined stdout/stderr.
+        assets_dir: tiny assets (model and data) to train on.
+        run_dir: run folder: metrics file and checkpoints.
+        total_training_steps: ``trainer.total_training_steps``.
+        experiment_name: ``trainer.experiment_name``.
+        **launch_kwargs: passed to ``launch_training`` (``timeout_s``, ``env``, ``echo``, ``cwd``, ``append_log``...).
+    """
+    common = tiny_run_overrides(
+        assets_dir, run_dir, total_training_steps=total_training_steps, experiment_name=experiment_name
+    )
+    return launch_training(
+        ["platform=cpu", *common, *overrides],
+        log_path,
+        entry_module=ENTRY_MODULE,
+        config_dir=CONFIG_DIR,
+        config_name=CONFIG_NAME,
+        **launch_kwargs,
+    )
