@@ -18,8 +18,8 @@ Three runs, one after the other, on the same tiny config (the CPO recipe's, ``pl
 (``cpo.hint.rescore=needed``). All three use dynamic batch sizes (the GPU launch scripts' setting: a pass costs
 the tokens it scores) and the ``compute_score_half_correct`` reward, a stand-in for a policy right about half the
 time (the tiny random model never is), so that CPO has rows whose hinted log-probs it does not read. The first
-``warmup`` steps are dropped. Prints the step time and its parts side by side (nested parts indented under their
-parent), then per run the hinted-pass ratio ``timing_s/cpo_gw_log_prob / timing_s/old_log_prob``,
+``warmup`` steps are dropped. Prints the median step time and its parts side by side (nested parts indented under
+their parent), then per run the hinted-pass ratio ``timing_s/cpo_gw_log_prob / timing_s/old_log_prob``,
 ``cpo/hint_rows_frac`` and ``cpo/hint_token_ratio`` (tokens scored by the hinted pass over tokens scored by the
 old-log-prob pass), and checks with ``needed``: ratio <= hint_rows_frac + 0.1 (a hinted row costing what a plain
 row costs); ratio <= hint_token_ratio + 0.1 (the pass costs the tokens it scores, a hint prompt being longer than a
@@ -69,28 +69,29 @@ def is_step_part(key: str) -> bool:
     )
 
 
-def mean_metrics(metrics: dict[int, dict[str, float]], warmup: int) -> dict[str, float]:
-    """Mean over the steps after ``warmup`` of every step part and of the ``HINT_FRACTIONS``.
+def summarize_steps(metrics: dict[int, dict[str, float]], warmup: int) -> dict[str, float]:
+    """Over the steps after ``warmup``: the median of every step part and the mean of the ``HINT_FRACTIONS``.
 
-    A step part a step did not run (e.g. a skipped hinted pass) counts 0 for that step.
+    Medians, because on a small shared machine a few steps stall (a part taking 2-4x its usual time) and would move a
+    mean of ten steps by tens of percent. A step part a step did not run (e.g. a skipped hinted pass) counts 0.
     """
     steps = [values for step, values in sorted(metrics.items()) if step > warmup]
     if not steps:
         raise ValueError(f"No step after the {warmup} warm-up step(s): logged steps {sorted(metrics)}.")
     keys = sorted({key for values in steps for key in values if is_step_part(key)})
-    means = {key: statistics.fmean(values.get(key, 0.0) for values in steps) for key in keys}
+    stats = {key: statistics.median(values.get(key, 0.0) for values in steps) for key in keys}
     for key in HINT_FRACTIONS:
         logged = [values[key] for values in steps if key in values]
         if logged:
-            means[key] = statistics.fmean(logged)
-    return means
+            stats[key] = statistics.fmean(logged)
+    return stats
 
 
-def hint_pass_ratio(means: dict[str, float]) -> float | None:
+def hint_pass_ratio(stats: dict[str, float]) -> float | None:
     """``timing_s/cpo_gw_log_prob / timing_s/old_log_prob`` of one run (None for a run without CPO)."""
-    if "cpo/hint_rows_frac" not in means or not means.get("timing_s/old_log_prob"):
+    if "cpo/hint_rows_frac" not in stats or not stats.get("timing_s/old_log_prob"):
         return None
-    return means.get("timing_s/cpo_gw_log_prob", 0.0) / means["timing_s/old_log_prob"]
+    return stats.get("timing_s/cpo_gw_log_prob", 0.0) / stats["timing_s/old_log_prob"]
 
 
 def table_rows(keys: set[str]) -> list[tuple[str, str]]:
@@ -106,11 +107,11 @@ def table_rows(keys: set[str]) -> list[tuple[str, str]]:
     return rows
 
 
-def format_table(means: dict[str, dict[str, float]]) -> str:
+def format_table(stats: dict[str, dict[str, float]]) -> str:
     """Step parts of every run side by side, and each run's time relative to the first run."""
-    names = list(means)
+    names = list(stats)
     base = names[0]
-    keys = {key for run in means.values() for key in run if is_step_part(key)}
+    keys = {key for run in stats.values() for key in run if is_step_part(key)}
 
     def value(run: dict[str, float], key: str) -> float:
         if key.startswith("rest:"):
@@ -119,32 +120,32 @@ def format_table(means: dict[str, dict[str, float]]) -> str:
             return run.get(parent, 0.0) - sum(run.get(child, 0.0) for child in children)
         return run.get(key, 0.0)
 
-    header = f"{'seconds per step (mean)':<40}" + "".join(f"{name:>12}" for name in names)
+    header = f"{'seconds per step (median)':<40}" + "".join(f"{name:>12}" for name in names)
     header += "".join(f"{name + '/' + base:>20}" for name in names[1:])
     lines = [header]
     for key, label in table_rows(keys):
-        values = [value(means[name], key) for name in names]
+        values = [value(stats[name], key) for name in names]
         ratios = [f"{v / values[0]:.2f}x" if values[0] > 0 else "-" for v in values[1:]]
         lines.append(f"{label:<40}" + "".join(f"{v:>12.3f}" for v in values) + "".join(f"{r:>20}" for r in ratios))
     lines.append("(indented parts run inside the part above them; `rest of ...` = the parent minus those parts)")
     return "\n".join(lines)
 
 
-def format_summary(means: dict[str, dict[str, float]]) -> str:
+def format_summary(stats: dict[str, dict[str, float]]) -> str:
     """Per run: step time, hinted-pass ratio and the hint fractions; the target checks of ``cpo_needed``."""
     lines = [f"{'run':<12}{'step s':>10}{'gw_log_prob/old_log_prob':>28}{'hint_rows_frac':>18}{'hint_token_ratio':>18}"]
-    for name, run in means.items():
+    for name, run in stats.items():
         texts = [hint_pass_ratio(run), *(run.get(key) for key in HINT_FRACTIONS)]
         texts = [f"{value:.2f}" if value is not None else "-" for value in texts]
         lines.append(f"{name:<12}{run.get('timing_s/step', 0.0):>10.3f}{texts[0]:>28}{texts[1]:>18}{texts[2]:>18}")
-    needed = means.get("cpo_needed", {})
+    needed = stats.get("cpo_needed", {})
     ratio, frac, tokens = hint_pass_ratio(needed), needed.get("cpo/hint_rows_frac"), needed.get("cpo/hint_token_ratio")
     if ratio is None or frac is None:
         return "\n".join(lines)
     checks = [("gw_log_prob/old_log_prob", ratio, "hint_rows_frac", frac)]
     if tokens is not None:
         checks.append(("gw_log_prob/old_log_prob", ratio, "hint_token_ratio", tokens))
-    full_pass = means.get("cpo_all", {}).get("timing_s/cpo_gw_log_prob")
+    full_pass = stats.get("cpo_all", {}).get("timing_s/cpo_gw_log_prob")
     if full_pass:
         checks.append(("cpo_gw_log_prob needed/all", needed.get("timing_s/cpo_gw_log_prob", 0.0) / full_pass,
                        "hint_rows_frac", frac))  # fmt: skip
@@ -187,14 +188,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="bench_cpo_"))
     work_dir.mkdir(parents=True, exist_ok=True)
-    means = {
-        name: mean_metrics(run_once(name, args.warmup + args.steps, work_dir, args.overrides), args.warmup)
+    stats = {
+        name: summarize_steps(run_once(name, args.warmup + args.steps, work_dir, args.overrides), args.warmup)
         for name in RUNS
     }
     print(f"GRPO vs CPO (rescore=all, rescore=needed) on the CPU backend, {args.steps} steps after {args.warmup} "
           f"warm-up step(s); overrides: {' '.join(COMMON_OVERRIDES + args.overrides)}")  # fmt: skip
-    print(format_table(means))
-    print(format_summary(means))
+    print(format_table(stats))
+    print(format_summary(stats))
     if args.keep or args.work_dir is not None:
         print(f"run folders: {work_dir}")
     else:

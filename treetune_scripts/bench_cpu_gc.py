@@ -15,7 +15,7 @@
 
 Two runs of the same tiny CPO config (the former ``make demo`` settings: tiny assets, ``lr=1e-3``): one with
 ``TREETUNE_KEEP_VERL_GC=1`` (verl's collections kept, as before the ``skip_full_gc`` patch), one without. Prints the
-mean of every ``timing_s/*`` part over the steps after the warm-up, the ratio, and the non-timing metrics that differ
+median of every ``timing_s/*`` part over the steps after the warm-up, the ratio, and the non-timing metrics that differ
 between the two runs. Expect differences: the CPU rollout is not bitwise reproducible from run to run (the HF server
 batches concurrent requests as they arrive, which changes the sampling order), and two runs of the *same* variant
 differ as much. A ``gc.collect()`` frees unreachable objects only; it reads or writes no tensor.
@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
-from treetune_scripts.bench_cpo_vs_grpo_cpu import mean_metrics
+from treetune_scripts.bench_cpo_vs_grpo_cpu import summarize_steps
 from treetune_scripts.make_tiny_assets import build_tiny_assets
 from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, read_metrics
 from treetune_verl.patches import KEEP_VERL_GC_ENV
@@ -83,13 +83,13 @@ def main(argv: list[str] | None = None) -> None:
             for name, keep in VARIANTS.items()
         }
     timings = {
-        name: {key: value for key, value in mean_metrics(values, args.warmup).items() if key.startswith("timing_s/")}
+        name: {key: value for key, value in summarize_steps(values, args.warmup).items() if key.startswith("timing_s/")}
         for name, values in metrics.items()
     }
     before, after = timings["verl gc kept"], timings["gc skipped"]
     keys = ["timing_s/step"] + sorted((set(before) | set(after)) - {"timing_s/step"})
-    print(f"CPU backend, tiny CPO run, mean of steps {args.warmup + 1}-{args.warmup + args.steps}")
-    print(f"{'metric (s, mean per step)':<32}{'gc kept':>10}{'skipped':>10}{'ratio':>8}")
+    print(f"CPU backend, tiny CPO run, median of steps {args.warmup + 1}-{args.warmup + args.steps}")
+    print(f"{'metric (s, median per step)':<32}{'gc kept':>10}{'skipped':>10}{'ratio':>8}")
     for key in keys:
         b, a = before.get(key, 0.0), after.get(key, 0.0)
         print(f"{key:<32}{b:>10.3f}{a:>10.3f}{(f'{a / b:.2f}x' if b > 0 else '-'):>8}")

@@ -34,18 +34,26 @@ CPO_ALL = {
 CPO_NEEDED = {**CPO_ALL, "timing_s/cpo_gw_log_prob": 0.4, "cpo/hint_rows_frac": 0.5, "cpo/hint_token_ratio": 1.0}
 
 
-def test_mean_drops_warmup_counts_a_skipped_part_as_zero_and_averages_the_hint_fractions():
+def test_summary_drops_warmup_counts_a_skipped_part_as_zero_and_averages_the_hint_fractions():
     metrics = {
         1: {"timing_s/step": 100.0, "timing_s/cpo_gw_log_prob": 50.0, "cpo/hint_rows_frac": 1.0},
         2: {"timing_s/step": 4.0, "timing_s/cpo_gw_log_prob": 1.0, "cpo/hint_rows_frac": 0.5},
         3: {"timing_s/step": 2.0, "cpo/hint_rows_frac": 0.0, "timing_s/agent_loop/generate_sequences/max": 9.0},
     }
-    means = bench.mean_metrics(metrics, warmup=1)
+    means = bench.summarize_steps(metrics, warmup=1)
     assert means == {"timing_s/step": 3.0, "timing_s/cpo_gw_log_prob": 0.5, "cpo/hint_rows_frac": 0.25}
     metrics[2]["cpo/hint_token_ratio"], metrics[3]["cpo/hint_token_ratio"] = 1.5, 0.0
-    assert bench.mean_metrics(metrics, warmup=1)["cpo/hint_token_ratio"] == 0.75
+    assert bench.summarize_steps(metrics, warmup=1)["cpo/hint_token_ratio"] == 0.75
     with pytest.raises(ValueError, match="No step after the 3 warm-up"):
-        bench.mean_metrics(metrics, warmup=3)
+        bench.summarize_steps(metrics, warmup=3)
+
+
+def test_a_stalled_step_does_not_move_the_step_times():
+    steps = {step: {"timing_s/old_log_prob": 0.2, "cpo/hint_rows_frac": 0.5} for step in range(1, 6)}
+    steps[3] = {"timing_s/old_log_prob": 0.9, "cpo/hint_rows_frac": 1.0}
+    summary = bench.summarize_steps(steps, warmup=0)
+    assert summary["timing_s/old_log_prob"] == 0.2
+    assert summary["cpo/hint_rows_frac"] == pytest.approx(0.6)  # a workload share: every step counts
 
 
 def test_table_nests_the_hint_parts_under_update_actor_with_the_remainder():
