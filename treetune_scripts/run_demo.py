@@ -42,7 +42,7 @@ import sys
 import time
 from pathlib import Path
 
-from treetune_recipe.cpo.cpu_run import CONFIG_DIR, CONFIG_NAME, ENTRY_MODULE
+from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME, ENTRY_MODULE
 from treetune_scripts.experiments.warm_start import HINT_OVERRIDES, TASK_RL_OVERRIDES, VAL_ACC_KEY
 from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, launch_training, read_metrics, tiny_run_overrides
 

@@ -12,3 +12,10 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """The CPO recipe: GRPO with hint-guided advantage shaping (config, trainer, loss, hint batch, start-up checks)."""
+
+from pathlib import Path
+
+#: The recipe's Hydra config folder (``--config-path``), its config and its entry point.
+CONFIG_DIR = Path(__file__).resolve().parent / "config"
+CONFIG_NAME = "cpo_trainer"
+ENTRY_MODULE = "treetune_recipe.cpo.main_cpo"

@@ -18,12 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME, ENTRY_MODULE
 from treetune_verl.cpu_backend.tiny_run import TrainingRun, launch_training, tiny_run_overrides
-
-#: The recipe's Hydra config folder (``--config-path``) and its entry point.
-CONFIG_DIR = Path(__file__).resolve().parent / "config"
-CONFIG_NAME = "cpo_trainer"
-ENTRY_MODULE = "treetune_recipe.cpo.main_cpo"
 
 
 def launch_cpo_on_cpu(

@@ -41,10 +41,10 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
 import treetune_verl.cpu_backend  # noqa: F401  (as in every Ray process of a run: CPU patches when no accelerator)
+from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME
 from treetune_recipe.cpo.config import CPOConfig
 from treetune_recipe.cpo.cpo_loss import cpo_ppo_loss
 
-CONFIG_DIR = Path(__file__).resolve().parents[3] / "treetune_recipe" / "cpo" / "config"
 BATCH, PROMPT_WIDTH, RESPONSE_WIDTH = 8, 12, 10
 
 
@@ -52,7 +52,7 @@ def compose_config(model_path: Path, *overrides: str):
     """The recipe's config with the tiny profile (``platform=cpu`` sets the small sizes, sdpa and fsdp2)."""
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         return compose(
-            "cpo_trainer",
+            CONFIG_NAME,
             overrides=[
                 "platform=cpu",
                 f"actor_rollout_ref.model.path={model_path}",

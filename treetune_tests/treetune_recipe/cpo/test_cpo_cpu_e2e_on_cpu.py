@@ -24,7 +24,8 @@ import pandas as pd
 import pytest
 from safetensors.torch import load_file
 
-from treetune_recipe.cpo.cpu_run import ENTRY_MODULE, launch_cpo_on_cpu
+from treetune_recipe.cpo import ENTRY_MODULE
+from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
 from treetune_scripts.make_tiny_assets import build_tiny_assets
 from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, read_metrics, tiny_run_overrides
 

@@ -17,16 +17,15 @@ actor and reference run on the GPU while the ``hf`` server generates on CPU.
 """
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
+from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME, ENTRY_MODULE
 from treetune_scripts.make_tiny_assets import build_tiny_assets
 from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, launch_training, read_metrics, tiny_run_overrides
 
 pytestmark = [pytest.mark.gpu, pytest.mark.e2e]
-CONFIG_DIR = Path(__file__).resolve().parents[3] / "treetune_recipe" / "cpo" / "config"
 RUN_TIMEOUT_S = 600
 STEPS = 2
 
@@ -47,9 +46,9 @@ def test_cpo_trains_two_steps_on_cuda_with_the_hf_rollout(tmp_path):
     run = launch_training(
         overrides,
         tmp_path / "train.log",
-        entry_module="treetune_recipe.cpo.main_cpo",
+        entry_module=ENTRY_MODULE,
         config_dir=CONFIG_DIR,
-        config_name="cpo_trainer",
+        config_name=CONFIG_NAME,
         timeout_s=RUN_TIMEOUT_S,
         cwd=tmp_path,
     )

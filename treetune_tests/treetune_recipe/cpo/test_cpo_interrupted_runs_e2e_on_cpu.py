@@ -33,7 +33,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from treetune_recipe.cpo.cpu_run import ENTRY_MODULE
+from treetune_recipe.cpo import ENTRY_MODULE
 from treetune_scripts.make_tiny_assets import build_tiny_assets
 from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, tiny_run_overrides
 from treetune_verl.run_folder import COMPLETE_MARKER, LOCK_FILE

@@ -13,22 +13,19 @@
 # limitations under the License.
 """Start-up checks of the CPO recipe on the composed ``cpo_trainer`` config (no Ray, no model)."""
 
-from pathlib import Path
-
 import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
+from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME
 from treetune_recipe.cpo.preflight import check_cpo_config, check_cpo_run, cpo_is_enabled
 from treetune_scripts.make_tiny_assets import build_tiny_assets
 from treetune_verl.cpu_backend.tiny_run import tiny_run_overrides
 
-CONFIG_DIR = Path(__file__).resolve().parents[3] / "treetune_recipe" / "cpo" / "config"
-
 
 def cpo_config(*overrides):
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        return compose("cpo_trainer", overrides=["platform=cpu", *overrides])
+        return compose(CONFIG_NAME, overrides=["platform=cpu", *overrides])
 
 
 def test_default_config_passes_and_enables_cpo():

@@ -23,13 +23,12 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
+from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME
 from treetune_recipe.cpo.preflight import check_cpo_config, check_cpo_run
 from treetune_scripts.make_tiny_assets import build_tiny_assets
 from treetune_verl.cpu_backend.tiny_run import tiny_run_overrides
 from treetune_verl.data.rl_schema import validate_rl_dataframe
 from treetune_verl.preflight import PreflightError, check_run_config
-
-CONFIG_DIR = Path(__file__).resolve().parents[3] / "treetune_recipe" / "cpo" / "config"
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +41,7 @@ def run_config(assets_dir, tmp_path):
     def compose_run(*overrides):
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
             base = ["platform=cpu", *tiny_run_overrides(assets_dir, tmp_path)]
-            return compose("cpo_trainer", overrides=[*base, *overrides])
+            return compose(CONFIG_NAME, overrides=[*base, *overrides])
 
     return compose_run
 

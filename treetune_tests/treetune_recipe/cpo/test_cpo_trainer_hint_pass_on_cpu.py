@@ -32,11 +32,11 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
+from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME
 from treetune_recipe.cpo.cpo_core_algos import compute_cpo_outcome_advantage, get_cpo_wrapper, rows_reading_hint
 from treetune_recipe.cpo.cpo_hint import build_hint_batch
 from treetune_recipe.cpo.cpo_ray_trainer import RayCPOTrainer
 
-CONFIG_DIR = Path(__file__).resolve().parents[3] / "treetune_recipe" / "cpo" / "config"
 LOSS_INPUTS = ("advantages", "old_log_probs", "response_mask", "seq_rewards", "difficulty", "gw_log_probs")
 
 
@@ -95,7 +95,7 @@ def make_trainer(monkeypatch, *overrides, dp_size=1, dynamic=False, micro_batch_
     monkeypatch.setattr(RayPPOTrainer, "__init__", upstream_init)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         config = compose(
-            "cpo_trainer",
+            CONFIG_NAME,
             overrides=[
                 "platform=cpu",
                 "data.max_prompt_length=96",
