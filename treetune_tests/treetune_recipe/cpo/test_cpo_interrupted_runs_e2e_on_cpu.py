@@ -157,7 +157,10 @@ def test_row12_sigterm_and_sigint_leave_no_process_of_the_run_behind(interrupted
 def test_row3_resume_keeps_the_metrics_history_and_the_killed_runs_log(interrupted_runs):
     run_dir, after_a = interrupted_runs["run_dir"], interrupted_runs["after_a"]
     assert after_a == list(range(1, len(after_a) + 1))  # every completed step of the killed run A
-    assert f"step:{after_a[-1]} -" in (run_dir / "a.log").read_text()  # and its log lines
+    # and its console lines. The last step's may be missing: Ray forwards the trainer's output to the driver
+    # asynchronously, and the signal can stop the driver before that line arrives (it is in the metrics file).
+    a_log = (run_dir / "a.log").read_text()
+    assert [step for step in after_a[:-1] if f"step:{step} -" not in a_log] == []
     final = logged_steps(run_dir / METRICS_FILE)
     assert final == list(range(1, len(final) + 1)) and len(final) > len(after_a)  # continued, none duplicated
     # A's records are still there, unchanged, ahead of B's.
