@@ -162,7 +162,7 @@ def run_once(name: str, steps: int, work_dir: Path, overrides: list[str]) -> dic
     """Train ``steps`` steps of run ``name``; returns its metrics by step. SystemExit naming the kept log on failure."""
     run_dir = work_dir / name
     run = launch_cpo_on_cpu(
-        [*COMMON_OVERRIDES, *RUNS[name], f"hydra.run.dir={run_dir / 'hydra'}", *overrides],
+        [*COMMON_OVERRIDES, *RUNS[name], *overrides],
         run_dir / "train.log",
         assets_dir=build_tiny_assets(),
         run_dir=run_dir,
@@ -171,7 +171,6 @@ def run_once(name: str, steps: int, work_dir: Path, overrides: list[str]) -> dic
         timeout_s=1200,
         # A fresh local Ray instance per run: without it ray.init joins any cluster started on the machine.
         env={"RAY_ADDRESS": "local"},
-        cwd=run_dir,
     )
     if run.returncode != 0:
         raise SystemExit(f"{name} run failed (exit {run.returncode}); its folder is kept, log: {run.log_path}")

@@ -43,7 +43,6 @@ def run_variant(keep_gc: str, steps: int, run_dir: Path, overrides: list[str]) -
         [
             "actor_rollout_ref.actor.optim.lr=1e-3",
             f"++ray_kwargs.ray_init.runtime_env.env_vars.{KEEP_VERL_GC_ENV}='{keep_gc}'",
-            f"hydra.run.dir={run_dir / 'hydra'}",
             *overrides,
         ],
         run_dir / "train.log",
@@ -53,7 +52,6 @@ def run_variant(keep_gc: str, steps: int, run_dir: Path, overrides: list[str]) -
         experiment_name="bench_gc",
         timeout_s=1200,
         env={KEEP_VERL_GC_ENV: keep_gc},
-        cwd=run_dir,
     )
     if run.returncode != 0:
         raise SystemExit(f"run failed (exit {run.returncode}); log: {run.log_path}")

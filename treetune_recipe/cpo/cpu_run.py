@@ -34,14 +34,15 @@ def launch_cpo_on_cpu(
 ) -> TrainingRun:
     """:func:`~treetune_verl.cpu_backend.tiny_run.launch_training` of the CPO recipe (``main_cpo``, ``cpo_trainer``).
 
-    Adds ``platform=cpu`` and :func:`~treetune_verl.cpu_backend.tiny_run.tiny_run_overrides` before ``overrides``,
-    so the caller's overrides win.
+    Adds ``platform=cpu``, :func:`~treetune_verl.cpu_backend.tiny_run.tiny_run_overrides` and
+    ``hydra.run.dir=<run_dir>/hydra`` before ``overrides``, so the caller's overrides win, and runs in ``run_dir``
+    unless ``cwd`` is given.
 
     Args:
         overrides: the caller's Hydra overrides, applied after the common ones.
         log_path: where to write the combined stdout/stderr.
         assets_dir: tiny assets (model and data) to train on.
-        run_dir: run folder: metrics file and checkpoints.
+        run_dir: run folder: metrics file, checkpoints and Hydra's output folder.
         total_training_steps: ``trainer.total_training_steps``.
         experiment_name: ``trainer.experiment_name``.
         **launch_kwargs: passed to ``launch_training`` (``timeout_s``, ``env``, ``echo``, ``cwd``, ``append_log``...).
@@ -49,8 +50,9 @@ def launch_cpo_on_cpu(
     common = tiny_run_overrides(
         assets_dir, run_dir, total_training_steps=total_training_steps, experiment_name=experiment_name
     )
+    launch_kwargs.setdefault("cwd", run_dir)
     return launch_training(
-        ["platform=cpu", *common, *overrides],
+        ["platform=cpu", *common, f"hydra.run.dir={Path(run_dir) / 'hydra'}", *overrides],
         log_path,
         entry_module=ENTRY_MODULE,
         config_dir=CONFIG_DIR,

@@ -124,7 +124,6 @@ def run_overrides(run_dir: Path, method: str, seed: int, schedule: Schedule, dum
         f"data.seed={seed}",
         f"++actor_rollout_ref.rollout.engine_kwargs.hf.seed={seed}",
         *method_overrides(method),
-        f"hydra.run.dir={run_dir / 'hydra'}",
     ]
     if dump_credit:
         steps = ",".join(str(step) for step in schedule.credit_steps)
@@ -262,7 +261,6 @@ def main(argv: list[str] | None = None) -> int:
                     # RAY_ADDRESS=local: always a fresh Ray instance, never another user's cluster on a shared box.
                     env={"VERL_FILE_LOGGER_PATH": str(run_dir / METRICS_FILE), "RAY_ADDRESS": "local"},
                     echo=lambda line, name=name: _echo(name, condense(line)),
-                    cwd=run_dir,
                 )
                 if run.returncode != 0:
                     tail = "\n".join(run.log_path.read_text().splitlines()[-30:])

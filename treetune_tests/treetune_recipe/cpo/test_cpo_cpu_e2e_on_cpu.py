@@ -49,14 +49,13 @@ def assets_dir():
 def run_cpo(assets_dir, run_dir, *, steps, extra=(), timeout_s=RUN_TIMEOUT_S):
     """Train with the CPO recipe on the CPU profile; returns (run, metrics by step). Asserts a clean exit."""
     run = launch_cpo_on_cpu(
-        ["actor_rollout_ref.rollout.n=4", f"hydra.run.dir={run_dir / 'hydra'}", *extra],
+        ["actor_rollout_ref.rollout.n=4", *extra],
         run_dir / "train.log",
         assets_dir=assets_dir,
         run_dir=run_dir,
         total_training_steps=steps,
         experiment_name="e2e_cpo",
         timeout_s=timeout_s,
-        cwd=run_dir,
     )
     log_tail = "\n".join(run.log_path.read_text().splitlines()[-60:])
     assert not run.timed_out, f"run exceeded {timeout_s} s:\n{log_tail}"

@@ -56,7 +56,6 @@ def two_node_run(tmp_path_factory):
             "ray_kwargs.ray_init.num_cpus=null",
             "ray_kwargs.ray_init.num_gpus=null",
             "ray_kwargs.ray_init.resources=null",
-            f"hydra.run.dir={run_dir / 'hydra'}",
         ]
         run = launch_cpo_on_cpu(
             overrides,
@@ -67,7 +66,6 @@ def two_node_run(tmp_path_factory):
             experiment_name="e2e_multinode",
             timeout_s=RUN_TIMEOUT_S,
             env={"RAY_ADDRESS": cluster.address, "RAY_AUTH_MODE": "disabled"},
-            cwd=run_dir,
         )
         ray.init(address=cluster.address)
         try:

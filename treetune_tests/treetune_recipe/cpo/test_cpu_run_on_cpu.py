@@ -45,7 +45,8 @@ def test_launch_passes_the_recipe_entry_and_config_and_puts_caller_overrides_las
     assert run == "run" and len(calls) == 1
     overrides, log_path, kwargs = calls[0]
     common = tiny_run_overrides(tmp_path / "assets", tmp_path / "run", total_training_steps=3, experiment_name="unit")
-    assert overrides == ["platform=cpu", *common, "trainer.total_training_steps=7", "x=1"]
+    hydra_dir = f"hydra.run.dir={tmp_path / 'run' / 'hydra'}"
+    assert overrides == ["platform=cpu", *common, hydra_dir, "trainer.total_training_steps=7", "x=1"]
     assert log_path == tmp_path / "train.log"
     assert kwargs == {
         "entry_module": "treetune_recipe.cpo.main_cpo",
@@ -57,6 +58,15 @@ def test_launch_passes_the_recipe_entry_and_config_and_puts_caller_overrides_las
         "cwd": tmp_path,
         "append_log": True,
     }
+
+
+def test_the_run_folder_is_the_working_directory_unless_cwd_is_given(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(cpu_run, "launch_training", lambda overrides, log_path, **kwargs: calls.append(kwargs))
+    cpu_run.launch_cpo_on_cpu(
+        [], tmp_path / "log", assets_dir=tmp_path, run_dir=tmp_path / "run", total_training_steps=1, experiment_name="u"
+    )
+    assert calls[0]["cwd"] == tmp_path / "run"
 
 
 def test_config_dir_is_the_recipe_config_folder():
