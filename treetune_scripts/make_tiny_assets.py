@@ -96,6 +96,9 @@ class TinyAssetsConfig:
     max_position_embeddings: int = 2048
     vocab_multiple: int = 64
     torch_dtype: str = "float32"
+    #: Standard deviation of the random init (transformers' Qwen3 default 0.02 gives near-uniform next-token
+    #: distributions; :data:`CONTEXT_SENSITIVE` raises it so that log-probs depend on the context by nats).
+    initializer_range: float = 0.02
 
     def __post_init__(self):
         if self.task not in TASKS:
@@ -151,6 +154,13 @@ _CHAIN_OPS = [
 ]
 _CHAIN_QUESTION = "How many {items} does {pron} have now?"
 TASKS = ("one_step", "chain")
+
+#: Assets for numerics tests: the same task and sizes, with a random init wide enough that the model's next-token
+#: distributions are peaked (mean entropy about 2.4 nats instead of log(vocab) = 6.9) and depend on the context by
+#: nats (dropping or shifting context tokens moves a token's log-prob by 3-5 nats on average). A near-uniform model
+#: gives a token the same log-prob under any mask or position, so a comparison on it cannot fail.
+CONTEXT_SENSITIVE = TinyAssetsConfig(initializer_range=0.5)
+
 
 
 def _sample_chain_problem(rng: random.Random, max_answer: int, min_ops: int, max_ops: int) -> dict:
@@ -292,6 +302,7 @@ def build_model(config: TinyAssetsConfig, tokenizer):
         num_key_value_heads=config.num_key_value_heads,
         head_dim=config.head_dim,
         max_position_embeddings=config.max_position_embeddings,
+        initializer_range=config.initializer_range,
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,

@@ -11,17 +11,22 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""One verl FSDP engine worker in the test process (no Ray), and the same computations with plain transformers.
+"""verl FSDP engine workers in the test process (no Ray), and the same computations with plain transformers.
 
 Shared by the CPU twin (``test_cpo_engine_on_cpu.py``) and the GPU tier (``test_cpo_engine.py``); loaded by path
 (test folders are not packages under ``--import-mode=importlib``).
 
-- :func:`actor_worker` builds verl's ``TrainingWorker`` for the actor the way ``ActorRolloutRefWorker.init_model``
-  does (verl 0.7.1), on the device torch sees (CUDA when available), with the CPO loss installed.
-- :func:`update_batch` / :func:`hint_batch` build the engine-format inputs of an actor update and of the hinted
-  log-prob pass from a rollout-like batch of the tiny assets.
+- :func:`actor_worker` / :func:`ref_worker` build verl's ``TrainingWorker`` for the actor (with the CPO loss installed)
+  and for the reference policy the way ``ActorRolloutRefWorker.init_model`` does (verl 0.7.1), on the device torch sees.
+- :func:`rollout_batch` builds a rollout-shaped batch from the task's real chat prompts (left-padded, different lengths)
+  and responses *sampled from the model* (right-padded, different lengths), so log-probs have realistic values.
 - :func:`reference_outputs` computes per-token log-probs and entropies with ``AutoModelForCausalLM`` in fp32 on CPU,
-  the independent expectation.
+  one row at a time without padding: the independent expectation. With ``corruption=`` it computes what a broken
+  pipeline would give instead (:data:`CORRUPTIONS`); every check asserts that the engine does *not* match those.
+
+The checks need a model whose outputs depend on their context (``treetune_scripts.make_tiny_assets.CONTEXT_SENSITIVE``):
+:func:`check_context_sensitive` asserts it, because on a near-uniform model every token gets the same log-prob under any
+mask or position and no comparison can fail.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
+import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from verl import DataProto
@@ -45,7 +52,28 @@ from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME
 from treetune_recipe.cpo.config import CPOConfig
 from treetune_recipe.cpo.cpo_loss import cpo_ppo_loss
 
-BATCH, PROMPT_WIDTH, RESPONSE_WIDTH = 8, 12, 10
+BATCH, RESPONSE_WIDTH = 8, 12
+#: What a broken trainer forward would compute (each must make every check fail):
+#: ``response_only_mask``: attention over the first R tokens of a row of R response tokens (verl #6278);
+#: ``shift``: each response token scored with the logits one position too early;
+#: ``drop_prompt_token``: the row's middle prompt token left out of the context.
+CORRUPTIONS = ("response_only_mask", "shift", "drop_prompt_token")
+#: Batching profiles of the engine checks: fixed micro-batches of 2 (infer) / 4 (update) rows, or dynamic batch size
+#: with a token budget of 256 (about four plain rows or one hinted row per micro-batch).
+BATCHING = {
+    "fixed_micro_batches": [
+        "actor_rollout_ref.actor.use_dynamic_bsz=false",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={BATCH // 2}",
+    ],
+    "dynamic_batch_size": [
+        "actor_rollout_ref.actor.use_dynamic_bsz=true",
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=256",
+        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=256",
+        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=256",
+    ],
+}
 
 
 def compose_config(model_path: Path, *overrides: str):
@@ -116,27 +144,85 @@ def actor_worker(config, cpo: CPOConfig):
     return worker, actor_config
 
 
-def rollout_batch(tokenizer, seed: int = 0) -> DataProto:
-    """Rollout-shaped batch: left-padded prompts, right-padded responses, two rows per prompt group."""
+def ref_worker(config):
+    """verl's reference-policy ``TrainingWorker`` (forward only), configured as ``init_model`` configures it."""
+    from omegaconf import open_dict
+    from verl.workers.config import TrainingWorkerConfig
+    from verl.workers.engine_workers import TrainingWorker
+
+    # SYNC WARNING: verl/workers/engine_workers.py:ActorRolloutRefWorker.init_model (l.465-500, reference part):
+    # the ref section's log_prob_* keys become its ppo_* keys, then the same TrainingWorkerConfig as the actor's.
+    ref = config.actor_rollout_ref.ref.copy()
+    with open_dict(ref):
+        ref.ppo_mini_batch_size = config.actor_rollout_ref.actor.ppo_mini_batch_size
+        ref.ppo_micro_batch_size = ref.pop("log_prob_micro_batch_size", None)
+        ref.ppo_micro_batch_size_per_gpu = ref.pop("log_prob_micro_batch_size_per_gpu", None)
+        ref.use_dynamic_bsz = ref.pop("log_prob_use_dynamic_bsz", False)
+        ref.ppo_max_token_len_per_gpu = ref.pop("log_prob_max_token_len_per_gpu", None)
+    ref_config = omega_conf_to_dataclass(ref)
+    model_config = omega_conf_to_dataclass(config.actor_rollout_ref.model)
+    ref_config.model_config = model_config
+    training_config = TrainingWorkerConfig(
+        model_type="language_model",
+        model_config=model_config,
+        engine_config=ref_config.engine,
+        optimizer_config=ref_config.optim,
+        checkpoint_config=ref_config.checkpoint,
+    )
+    engine = training_config.engine_config
+    engine.forward_only = True
+    engine.use_dynamic_bsz = ref.use_dynamic_bsz
+    engine.infer_max_token_len_per_gpu = ref.ppo_max_token_len_per_gpu
+    engine.infer_micro_batch_size_per_gpu = ref.ppo_micro_batch_size_per_gpu
+    engine.use_remove_padding = model_config.use_remove_padding
+    worker = TrainingWorker(config=training_config)
+    worker.reset()
+    return worker
+
+
+@torch.no_grad()
+def _sample_response(model, prompt: list[int], length: int, generator: torch.Generator) -> list[int]:
+    sequence = list(prompt)
+    for _ in range(length):
+        logits = model(torch.tensor([sequence])).logits[0, -1].float()
+        sequence.append(int(torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)))
+    return sequence[len(prompt) :]
+
+
+def rollout_batch(model_path: Path, tokenizer, seed: int = 0) -> DataProto:
+    """Rollout-shaped batch of :data:`BATCH` rows, two per prompt group, on the task's real training prompts.
+
+    Prompts are chat-templated and left-padded (lengths differ); responses are sampled from the fp32 model at
+    temperature 1 and right-padded to :data:`RESPONSE_WIDTH` (lengths 2..width, the first row full width), so each
+    token is one the model could have generated and its log-prob has a realistic value.
+    """
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    rows = pd.read_parquet(Path(model_path).parent / "data" / "train.parquet").iloc[seed * BATCH : seed * BATCH + BATCH]
     gen = torch.Generator().manual_seed(seed)
-    vocab = [i for i in range(len(tokenizer)) if i not in set(tokenizer.all_special_ids)]
-    tokens = torch.tensor(vocab)[torch.randint(0, len(vocab), (BATCH, PROMPT_WIDTH + RESPONSE_WIDTH), generator=gen)]
-    prompt_lens = torch.randint(3, PROMPT_WIDTH + 1, (BATCH,), generator=gen)
+    prompts = [
+        tokenizer.apply_chat_template([dict(m) for m in messages], add_generation_prompt=True, tokenize=True)
+        for messages in rows["prompt"][::2].tolist()
+        for _ in range(2)
+    ]
     response_lens = torch.randint(2, RESPONSE_WIDTH + 1, (BATCH,), generator=gen)
     response_lens[0] = RESPONSE_WIDTH
-    prompt_mask = (torch.arange(PROMPT_WIDTH)[None, :] >= PROMPT_WIDTH - prompt_lens[:, None]).long()
+    responses = [_sample_response(model, p, int(n), gen) for p, n in zip(prompts, response_lens, strict=True)]
+    pad = tokenizer.pad_token_id
+    prompt_width = max(len(p) for p in prompts)
+    prompt_ids = torch.tensor([[pad] * (prompt_width - len(p)) + p for p in prompts])
+    prompt_mask = torch.tensor([[0] * (prompt_width - len(p)) + [1] * len(p) for p in prompts])
+    response_ids = torch.tensor([r + [pad] * (RESPONSE_WIDTH - len(r)) for r in responses])
     response_mask = (torch.arange(RESPONSE_WIDTH)[None, :] < response_lens[:, None]).long()
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    prompts = torch.where(prompt_mask.bool(), tokens[:, :PROMPT_WIDTH], pad)
-    responses = torch.where(response_mask.bool(), tokens[:, PROMPT_WIDTH:], pad)
     attention_mask = torch.cat([prompt_mask, response_mask], dim=-1)
     seq_rewards = torch.tensor([1.0, -1.0] * (BATCH // 2))
     token_level_rewards = torch.zeros(BATCH, RESPONSE_WIDTH)
     token_level_rewards[torch.arange(BATCH), response_lens - 1] = seq_rewards
     tensors = {
-        "prompts": prompts,
-        "responses": responses,
-        "input_ids": torch.cat([prompts, responses], dim=-1),
+        "prompts": prompt_ids,
+        "responses": response_ids,
+        "input_ids": torch.cat([prompt_ids, response_ids], dim=-1),
         "attention_mask": attention_mask,
         "position_ids": torch.clip(attention_mask.cumsum(-1) - 1, min=0),
         "response_mask": response_mask,
@@ -145,50 +231,79 @@ def rollout_batch(tokenizer, seed: int = 0) -> DataProto:
         "seq_rewards": seq_rewards,
         "difficulty": torch.zeros(BATCH),
     }
-    uids = np.array([f"g{i // 2}" for i in range(BATCH)], dtype=object)
-    questions = [tokenizer.decode(prompts[i][prompt_mask[i].bool()]) for i in range(BATCH)]
-    extra_info = np.array([{"question": q, "solution": f"{q} = 7"} for q in questions], dtype=object)
+    extra_info = np.array([dict(info) for info in rows["extra_info"][::2].tolist() for _ in range(2)], dtype=object)
     return DataProto.from_dict(
         tensors=tensors,
-        non_tensors={"uid": uids, "extra_info": extra_info, "index": np.arange(BATCH)},
+        non_tensors={
+            "uid": np.array([f"g{i // 2}" for i in range(BATCH)], dtype=object),
+            "extra_info": extra_info,
+            "index": np.arange(BATCH),
+        },
         meta_info={"temperature": 1.0},
     )
 
 
-def reference_outputs(model_path: Path, batch: DataProto, with_grad: bool = False):
-    """Per-token ``(log_probs [B, T], entropy [B, T], model)`` of the response tokens, fp32 transformers on CPU."""
+def _row_scores(model, prompt: torch.Tensor, response: torch.Tensor, corruption: str | None):
+    """``(log_probs [R], entropy [R])`` of one row's response tokens, unpadded, optionally as a broken forward."""
+    p, r = len(prompt), len(response)
+    if corruption == "drop_prompt_token":
+        prompt = torch.cat([prompt[: p // 2], prompt[p // 2 + 1 :]])
+        p -= 1
+    ids = torch.cat([prompt, response])[None]
+    positions = torch.arange(p + r)[None]
+    mask = torch.ones_like(ids)
+    if corruption == "response_only_mask":
+        mask = (positions < r).long()
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[0].float()
+    first = p - 2 if corruption == "shift" else p - 1
+    log_softmax = torch.log_softmax(logits[first : first + r], dim=-1)
+    log_probs = log_softmax.gather(-1, response[:, None]).squeeze(-1)
+    entropy = -(log_softmax.exp() * log_softmax).sum(-1)
+    return log_probs, entropy
+
+
+def reference_outputs(model_path: Path, batch: DataProto, with_grad: bool = False, corruption: str | None = None):
+    """Per-token ``(log_probs [B, T], entropy [B, T], model)`` of the response tokens, fp32 transformers on CPU.
+
+    Each row is run alone without padding; ``corruption`` (one of :data:`CORRUPTIONS`) computes a broken forward.
+    """
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32, attn_implementation="sdpa")
-    width = batch.batch["responses"].shape[1]
+    assert corruption is None or corruption in CORRUPTIONS, corruption
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, attn_implementation="sdpa")
+    tensors = batch.batch
+    prompt_width, width = tensors["prompts"].shape[1], tensors["responses"].shape[1]
     with torch.set_grad_enabled(with_grad):
-        logits = (
-            model(
-                input_ids=batch.batch["input_ids"],
-                attention_mask=batch.batch["attention_mask"],
-                position_ids=batch.batch["position_ids"],
+        rows = []
+        for i in range(len(batch)):
+            prompt = tensors["prompts"][i][tensors["attention_mask"][i, :prompt_width].bool()]
+            response = tensors["responses"][i][tensors["response_mask"][i].bool()]
+            rows.append(
+                [
+                    torch.nn.functional.pad(v, (0, width - len(v)))
+                    for v in _row_scores(model, prompt, response, corruption)
+                ]
             )
-            .logits[:, -width - 1 : -1]
-            .float()
-        )
-        log_softmax = torch.log_softmax(logits, dim=-1)
-        log_probs = log_softmax.gather(-1, batch.batch["responses"][..., None]).squeeze(-1)
-        entropy = -(log_softmax.exp() * log_softmax).sum(-1)
-    mask = batch.batch["response_mask"].float()
-    return log_probs * mask, entropy * mask, model
+        log_probs = torch.stack([log_prob for log_prob, _ in rows])
+        entropy = torch.stack([ent for _, ent in rows])
+    return log_probs, entropy, model
 
 
-def engine_log_probs(worker, batch: DataProto) -> torch.Tensor:
-    """``old_log_probs [B, T]`` of the engine's forward pass, converted as ``RayPPOTrainer._compute_old_log_prob``."""
+def engine_log_probs(worker, batch: DataProto, calculate_entropy: bool = True):
+    """``(log_probs [B, T], entropy [B, T] or None)`` of the engine's forward pass, as ``_compute_old_log_prob``."""
     # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._compute_old_log_prob (engine path, steps 1-4)
     data = left_right_2_no_padding(batch.to_tensordict())
-    tu.assign_non_tensor(data, calculate_entropy=True, compute_loss=False)
+    tu.assign_non_tensor(data, calculate_entropy=calculate_entropy, compute_loss=False)
     output = worker.infer_batch(data)
-    return no_padding_2_padding(tu.get(output, "log_probs"), data).float().cpu() * batch.batch["response_mask"]
+    mask = batch.batch["response_mask"]
+    log_probs = no_padding_2_padding(tu.get(output, "log_probs"), data).float().cpu() * mask
+    if not calculate_entropy:
+        return log_probs, None
+    return log_probs, no_padding_2_padding(tu.get(output, "entropy"), data).float().cpu() * mask
 
 
 def engine_update(worker, batch: DataProto) -> dict:
-    """One actor update (one mini-batch, two micro-batches) as ``RayPPOTrainer._update_actor``; returns the metrics."""
+    """One actor update (one mini-batch of the whole batch) as ``RayPPOTrainer._update_actor``; returns the metrics."""
     # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._update_actor (engine path, non-tensor keys)
     data = left_right_2_no_padding(batch.to_tensordict())
     tu.assign_non_tensor(
@@ -235,17 +350,151 @@ def as_nested(values: torch.Tensor, batch: DataProto, data) -> torch.Tensor:
     return torch.nested.nested_tensor_from_jagged(torch.cat(rows), data["input_ids"].offsets())
 
 
+@contextlib.contextmanager
+def counted_micro_batches(worker):
+    """Count the engine's forward micro-batches inside the block: ``with counted_micro_batches(w) as calls: ...``."""
+    engine = worker.engine
+    original = engine.prepare_model_inputs
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    engine.prepare_model_inputs = counting
+    try:
+        yield calls
+    finally:
+        del engine.prepare_model_inputs
+
+
 # --------------------------------------------------------------------------------------------------------------
-# The checks (one per test; the CPU twin and the GPU tier run the same ones)
+# The checks (the CPU twin and the GPU tier run the same ones)
 # --------------------------------------------------------------------------------------------------------------
-#: Engine (bf16 parameters and autocast) vs fp32 transformers: per-token log-probs (bf16 logits of the tiny model are
-#: about -6 +- 3, so a few hundredths), the scalar loss and the gradient norm.
-LOG_PROB_TOL, LOSS_ATOL, GRAD_NORM_RTOL = 5e-2, 3e-2, 5e-2
+#: Engine (bf16 autocast, on CPU too) vs fp32 transformers on the context-sensitive model: per-token log-probs and
+#: entropies within 0.3 nats (measured max about 0.16) and 0.06 on average (measured about 0.03); the scalar loss;
+#: the gradient norm. A corrupted forward is off by more than a nat on average.
+SCORE_MAX_TOL, SCORE_MEAN_TOL, LOSS_ATOL, GRAD_NORM_RTOL = 0.3, 0.06, 3e-2, 5e-2
+
+
+def assert_scores_match(got: torch.Tensor, expected: torch.Tensor, what: str, mask: torch.Tensor | None = None) -> None:
+    """``got`` equals ``expected`` per token within :data:`SCORE_MAX_TOL` and on average within :data:`SCORE_MEAN_TOL`.
+
+    ``mask`` (default: the non-zero entries of either) selects the tokens of the mean.
+    """
+    torch.testing.assert_close(got, expected, atol=SCORE_MAX_TOL, rtol=0, msg=lambda m: f"{what}: {m}")
+    mask = (got != 0) | (expected != 0) if mask is None else mask.bool()
+    mean_error = (got - expected).abs()[mask].mean()
+    torch.testing.assert_close(
+        mean_error, torch.zeros(()), atol=SCORE_MEAN_TOL, rtol=0, msg=lambda m: f"{what}, mean |error|: {m}"
+    )
+
+
+def assert_fails_on_corruptions(got: torch.Tensor, model_path: Path, batch: DataProto, what: str) -> None:
+    """The control: the same assertion against each corrupted forward of :data:`CORRUPTIONS` must fail."""
+    for corruption in CORRUPTIONS:
+        corrupted, _, _ = reference_outputs(model_path, batch, corruption=corruption)
+        with pytest.raises(AssertionError):
+            assert_scores_match(got, corrupted, f"{what} vs {corruption}", mask=batch.batch["response_mask"])
+
+
+def check_context_sensitive(model_path: Path, tokenizer) -> dict:
+    """The model's outputs depend on their context: low entropy, and each corruption moves log-probs by nats."""
+    batch = rollout_batch(model_path, tokenizer, seed=3)
+    mask = batch.batch["response_mask"].bool()
+    log_probs, entropy, _ = reference_outputs(model_path, batch)
+    stats = {"entropy": entropy[mask].mean().item()}
+    for corruption in CORRUPTIONS:
+        corrupted, _, _ = reference_outputs(model_path, batch, corruption=corruption)
+        stats[corruption] = (corrupted - log_probs)[mask].abs().mean().item()
+    assert stats["entropy"] < 4.0, stats  # log(vocab) is about 6.9
+    assert all(stats[c] > 1.0 for c in CORRUPTIONS), stats
+    return stats
+
+
+def check_log_probs(engine: dict, role: str) -> None:
+    """The old-log-prob pass (``role="actor"``) or the ref pass (``"ref"``) equals fp32 transformers, per token.
+
+    Covers left-padded prompts and responses of different lengths, in several micro-batches.
+    """
+    batch = rollout_batch(engine["model_path"], engine["tokenizer"], seed=1)
+    with counted_micro_batches(engine[role]) as calls:
+        got, got_entropy = engine_log_probs(engine[role], batch)
+    assert len(calls) > 1, "the batch should span several micro-batches"
+    expected, expected_entropy, _ = reference_outputs(engine["model_path"], batch)
+    mask = batch.batch["response_mask"]
+    assert_scores_match(got, expected, f"{role} log-probs", mask)
+    assert_scores_match(got_entropy, expected_entropy, f"{role} entropy", mask)
+    assert_fails_on_corruptions(got, engine["model_path"], batch, f"{role} log-probs")
+
+
+def check_hinted_log_probs(engine: dict) -> None:
+    """The hint batch of :func:`rollout_batch` scored by the engine equals fp32 transformers on the same tokens."""
+    from treetune_recipe.cpo.cpo_hint import build_hint_batch
+
+    batch = rollout_batch(engine["model_path"], engine["tokenizer"], seed=2)
+    hint, metrics = build_hint_batch(batch, engine["tokenizer"], engine["hint_config"])
+    assert metrics["cpo/hint_missing_frac"] == 0
+    assert hint.batch["prompts"].shape[1] > batch.batch["prompts"].shape[1]  # the hint prompt is really longer
+    got, _ = engine_log_probs(engine["actor"], hint, calculate_entropy=False)
+    expected, _, _ = reference_outputs(engine["model_path"], hint)
+    mask = hint.batch["response_mask"]
+    assert_scores_match(got, expected, "hinted log-probs", mask)
+    assert_fails_on_corruptions(got, engine["model_path"], hint, "hinted log-probs")
+    # and the hint matters: the same tokens under the plain prompt score differently
+    plain, _, _ = reference_outputs(engine["model_path"], batch)
+    with pytest.raises(AssertionError):
+        assert_scores_match(got, plain, "hinted vs plain", mask)
+
+
+def _expected_update(engine: dict, batch: DataProto, corruption: str | None = None) -> tuple[float, float]:
+    """``(loss, grad_norm)`` of one CPO update computed with fp32 transformers (optionally a corrupted forward)."""
+    log_probs, entropy, model = reference_outputs(engine["model_path"], batch, with_grad=True, corruption=corruption)
+    data = engine_format(batch, engine["actor_config"])
+    model_output = {"log_probs": as_nested(log_probs, batch, data), "entropy": as_nested(entropy, batch, data)}
+    loss, _ = cpo_ppo_loss(engine["actor_config"], model_output, data, cpo=engine["cpo"])
+    loss.backward()
+    grad_norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters() if p.grad is not None]))
+    return loss.item(), grad_norm.item()
+
+
+def _update_matches(got: tuple[float, float], expected: tuple[float, float]) -> bool:
+    (loss, grad_norm), (expected_loss, expected_grad_norm) = got, expected
+    return abs(loss - expected_loss) < LOSS_ATOL and abs(grad_norm - expected_grad_norm) < (
+        GRAD_NORM_RTOL * expected_grad_norm
+    )
+
+
+def check_cpo_update(engine: dict) -> None:
+    """One actor update with the CPO loss: the engine's loss and grad norm equal fp32 transformers + cpo_ppo_loss.
+
+    The old, ref and hinted log-probs fed to the loss are fp32 references (the ref and hint perturbed), so the engine's
+    ratio is about 1 only if its own forward is right; a corrupted forward moves the loss and the gradient.
+    """
+    batch = rollout_batch(engine["model_path"], engine["tokenizer"], seed=4)
+    old, _, _ = reference_outputs(engine["model_path"], batch)
+    gen = torch.Generator().manual_seed(2)
+    mask = batch.batch["response_mask"].float()
+    batch.batch["old_log_probs"] = old
+    batch.batch["ref_log_prob"] = old + 0.05 * torch.randn(old.shape, generator=gen) * mask
+    batch.batch["gw_log_probs"] = (old + torch.randn(old.shape, generator=gen)).clamp(max=0) * mask
+
+    expected = _expected_update(engine, batch)
+    actor, _ = actor_worker(engine["config"], engine["cpo"])  # a fresh actor: the update changes its weights
+    with counted_micro_batches(actor) as calls:
+        metrics = engine_update(actor, batch)
+    assert len(calls) > 1, "the update should span several micro-batches"
+    got = (float(np.sum(metrics["loss"])), float(np.mean(metrics["grad_norm"])))
+    assert _update_matches(got, expected), (got, expected, metrics)
+    assert abs(expected[0]) > 10 * LOSS_ATOL or expected[1] > 0  # a non-trivial update
+    for corruption in CORRUPTIONS:
+        corrupted = _expected_update(engine, batch, corruption=corruption)
+        assert not _update_matches(got, corrupted), (corruption, got, corrupted)
 
 
 @contextlib.contextmanager
 def engine_fixture(assets_dir: Path, *overrides: str):
-    """An actor engine worker on the tiny model plus what the checks need; torch.distributed is torn down after."""
+    """Actor and ref engine workers on the assets' model and what the checks need (process group torn down after)."""
     from transformers import AutoTokenizer
 
     from treetune_recipe.cpo.cpo_hint import HintConfig
@@ -254,56 +503,14 @@ def engine_fixture(assets_dir: Path, *overrides: str):
     config = compose_config(model_path, *overrides)
     cpo = CPOConfig(wrap_method="mi3", pos_alpha=0.3, neg_alpha=0.5)
     with single_process_group():
-        worker, actor_config = actor_worker(config, cpo)
+        actor, actor_config = actor_worker(config, cpo)
         yield dict(
-            worker=worker,
+            config=config,
+            actor=actor,
+            ref=ref_worker(config),
             actor_config=actor_config,
             cpo=cpo,
             model_path=model_path,
             tokenizer=AutoTokenizer.from_pretrained(model_path),
-            hint_config=HintConfig.from_config(config.cpo.hint).resolve(PROMPT_WIDTH),
+            hint_config=HintConfig.from_config(config.cpo.hint).resolve(config.data.max_prompt_length),
         )
-
-
-def check_hinted_log_probs(engine: dict) -> None:
-    """The hint batch of :func:`rollout_batch` scored by the engine equals fp32 transformers on the same tokens."""
-    from treetune_recipe.cpo.cpo_hint import build_hint_batch
-
-    batch = rollout_batch(engine["tokenizer"])
-    hint, metrics = build_hint_batch(batch, engine["tokenizer"], engine["hint_config"])
-    assert metrics["cpo/hint_missing_frac"] == 0
-    assert hint.batch["prompts"].shape[1] > batch.batch["prompts"].shape[1]  # the hint prompt is really longer
-    got = engine_log_probs(engine["worker"], hint)
-    expected, _, _ = reference_outputs(engine["model_path"], hint)
-    # A token scored at a shifted position or under the wrong padding would be off by whole nats (random tokens).
-    torch.testing.assert_close(got, expected, atol=LOG_PROB_TOL, rtol=LOG_PROB_TOL)
-
-
-def check_cpo_update(engine: dict) -> None:
-    """One actor update with the CPO loss: the engine's loss and grad norm equal fp32 transformers + cpo_ppo_loss."""
-    batch = rollout_batch(engine["tokenizer"], seed=1)
-    old, _, _ = reference_outputs(engine["model_path"], batch)
-    gen = torch.Generator().manual_seed(2)
-    mask = batch.batch["response_mask"].float()
-    batch.batch["old_log_probs"] = old
-    batch.batch["ref_log_prob"] = old + 0.05 * torch.randn(old.shape, generator=gen) * mask
-    batch.batch["gw_log_probs"] = (old + torch.randn(old.shape, generator=gen)).clamp(max=0) * mask
-
-    log_probs, entropy, model = reference_outputs(engine["model_path"], batch, with_grad=True)
-    data = engine_format(batch, engine["actor_config"])
-    model_output = {"log_probs": as_nested(log_probs, batch, data), "entropy": as_nested(entropy, batch, data)}
-    expected_loss, _ = cpo_ppo_loss(engine["actor_config"], model_output, data, cpo=engine["cpo"])
-    expected_loss.backward()
-    expected_grad_norm = torch.linalg.vector_norm(
-        torch.stack([p.grad.norm() for p in model.parameters() if p.grad is not None])
-    )
-
-    metrics = engine_update(engine["worker"], batch)
-    loss = float(np.sum(metrics["loss"]))
-    grad_norm = float(np.mean(metrics["grad_norm"]))
-    assert abs(loss - expected_loss.item()) < LOSS_ATOL, (loss, expected_loss.item(), metrics)
-    assert abs(grad_norm - expected_grad_norm.item()) < GRAD_NORM_RTOL * expected_grad_norm.item(), (
-        grad_norm,
-        expected_grad_norm.item(),
-    )
-    assert abs(expected_loss.item()) > 10 * LOSS_ATOL or expected_grad_norm > 0  # a non-trivial update
