@@ -43,6 +43,7 @@ from types import ModuleType
 from treetune_verl.preflight import accelerator_available
 
 _APPLIED: set[str] = set()
+_SKIPPED: set[str] = set()
 _LOCK = threading.RLock()
 
 
@@ -73,10 +74,28 @@ def require_verl_version(patch_name: str) -> None:
         )
 
 
+#: Comma-separated patch names left unapplied in every process that sees this variable (to reproduce the upstream
+#: bug a fix patch works around, e.g. ``TREETUNE_SKIP_PATCHES=no_padding_attention_mask``; the run-health guard's
+#: end-to-end test does that). Never set in normal runs.
+SKIP_PATCHES_ENV = "TREETUNE_SKIP_PATCHES"
+
+
+def skipped_patches() -> frozenset[str]:
+    """Patch names listed in ``$TREETUNE_SKIP_PATCHES``."""
+    return frozenset(name.strip() for name in os.environ.get(SKIP_PATCHES_ENV, "").split(",") if name.strip())
+
+
 def _apply_once(patch_name: str, apply: Callable[[], None]) -> None:
-    """Check the verl version, then run ``apply`` unless ``patch_name`` was already applied in this process."""
+    """Check the verl version, then run ``apply`` unless ``patch_name`` was already applied in this process.
+
+    A patch listed in ``$TREETUNE_SKIP_PATCHES`` is not applied (a warning names it).
+    """
     with _LOCK:
-        if patch_name in _APPLIED:
+        if patch_name in _APPLIED or patch_name in _SKIPPED:
+            return
+        if patch_name in skipped_patches():
+            print(f"[treetune] WARNING: patch {patch_name!r} skipped ({SKIP_PATCHES_ENV}); upstream behaviour is kept.")
+            _SKIPPED.add(patch_name)
             return
         require_verl_version(patch_name)
         apply()
@@ -404,14 +423,63 @@ def _patch_keep_actor_on_device_after_weight_sync(module: ModuleType) -> None:
     worker_cls.update_weights = update_weights
 
 
+def full_sequence_attention_mask(input_ids):
+    """Padded attention mask ``[B, S_max]`` of a jagged ``input_ids`` batch: ones over each row's whole sequence.
+
+    Rows are right-padded to the longest one (as ``torch.nested.to_padded_tensor`` pads them), so row ``i`` is
+    ``lengths[i]`` ones followed by zeros.
+    """
+    import torch
+
+    lengths = input_ids.offsets().diff()
+    width = int(lengths.max())
+    positions = torch.arange(width, device=lengths.device)
+    return (positions[None, :] < lengths[:, None]).to(torch.int32)
+
+
+def _patch_no_padding_attention_mask(module: ModuleType) -> None:
+    """Give the FSDP engine's padded path (``use_remove_padding=false``) an attention mask over the whole sequence.
+
+    Fixes: ``FSDPEngineWithLMHead.prepare_model_inputs`` builds the padded batch's attention mask from the lengths of
+    ``loss_mask``, which ``left_right_2_no_padding`` sets to the *response* mask. A row of P prompt and R response
+    tokens gets R ones and then zeros, so every token after position R is scored with most of its context masked out:
+    the old, ref and hinted log-probs and the actor update's own log-probs are all wrong (several nats on a model whose
+    outputs depend on their context). Upstream issue #6278, fixed in verl 0.8.0 by PR #6345, which builds the mask
+    from ``input_ids``; this wrapper does the same after the original method ran.
+    """
+    # SYNC WARNING: verl/workers/engine/fsdp/transformer_impl.py:FSDPEngineWithLMHead.prepare_model_inputs
+    # (l.938-977, no-remove-padding branch: attention_mask from loss_mask lengths, l.967)
+    # SYNC WARNING: verl/workers/utils/padding.py:left_right_2_no_padding (l.71, loss_mask = response_mask)
+    engine_cls = module.FSDPEngineWithLMHead
+    original = engine_cls.prepare_model_inputs
+    if getattr(original, "_treetune_full_mask", False):
+        return
+    from verl.utils import tensordict_utils as tu
+
+    @functools.wraps(original)
+    def prepare_model_inputs(self, micro_batch):
+        model_inputs, output_args = original(self, micro_batch)
+        if not tu.get_non_tensor_data(data=micro_batch, key="use_remove_padding", default=True):
+            model_inputs["attention_mask"] = full_sequence_attention_mask(micro_batch["input_ids"])
+        return model_inputs, output_args
+
+    prepare_model_inputs._treetune_full_mask = True
+    engine_cls.prepare_model_inputs = prepare_model_inputs
+
+
 def apply_engine_worker_fixes() -> None:
-    """Apply, once verl's engine workers are imported in this process, the fixes they need on every device."""
+    """Apply, once verl's engine modules are imported in this process, the fixes they need on every device."""
     require_verl_version("keep_actor_on_device_after_weight_sync")
     run_after_import(
         "verl.workers.engine_workers",
         lambda module: _apply_once(
             "keep_actor_on_device_after_weight_sync", lambda: _patch_keep_actor_on_device_after_weight_sync(module)
         ),
+    )
+    require_verl_version("no_padding_attention_mask")
+    run_after_import(
+        "verl.workers.engine.fsdp.transformer_impl",
+        lambda module: _apply_once("no_padding_attention_mask", lambda: _patch_no_padding_attention_mask(module)),
     )
 
 
