@@ -16,9 +16,9 @@
 At each step listed in ``cpo.credit_dump.steps`` the trainer (on the driver, right before the actor update) writes
 ``<dir>/step_<N>.json`` holding up to ``max_rows`` responses, chosen round-robin from four kinds (correct and wrong
 responses of mixed groups, responses of all-wrong and of all-correct groups) so that each kind is shown. Per response:
-the plain prompt, the hint prompt, the reward, the group difficulty and, per response token, its text, ``o``
-(``old_log_probs``), ``g`` (``gw_log_probs``), ``δ = g − o``, the entropy, the GRPO advantage ``A`` and the
-advantage after the configured wrapper.
+the plain prompt and the hint prompt (text and token ids), the reward, the group difficulty and, per response token,
+its text and id, ``o`` (``old_log_probs``), ``g`` (``gw_log_probs``), ``δ = g − o``, the entropy, the GRPO advantage
+``A`` and the advantage after the configured wrapper.
 
 The wrapper needs the token entropy; the loss uses the current policy's entropy of each update micro-batch, which the
 driver never sees. The dump recomputes the entropy with one extra forward pass of the actor on the plain batch
@@ -94,6 +94,10 @@ def _row_kind(difficulty: int, correct: bool) -> str:
     return next(kind for kind, (label, ok) in ROW_KINDS.items() if label == difficulty and ok == correct)
 
 
+def _prompt_ids(prompt_ids: torch.Tensor, attention: torch.Tensor) -> list[int]:
+    return prompt_ids[attention.bool()].tolist()
+
+
 def _decode_prompt(tokenizer, prompt_ids: torch.Tensor, attention: torch.Tensor) -> str:
     return tokenizer.decode(prompt_ids[attention.bool()].tolist(), skip_special_tokens=False)
 
@@ -154,6 +158,12 @@ def build_dump(batch, hint_batch, entropy: torch.Tensor, tokenizer, cpo_config, 
                     tokenizer, hint_batch.batch["prompts"][row], hint_batch.batch["attention_mask"][row][:hint_width]
                 ),
                 "tokens": [tokenizer.decode([token_id], skip_special_tokens=False) for token_id in token_ids],
+                # Token ids, so that a dump can be re-scored exactly (the numerics e2e test does it).
+                "token_ids": token_ids,
+                "prompt_ids": _prompt_ids(tensors["prompts"][row], tensors["attention_mask"][row][:prompt_width]),
+                "hint_prompt_ids": _prompt_ids(
+                    hint_batch.batch["prompts"][row], hint_batch.batch["attention_mask"][row][:hint_width]
+                ),
                 "old_log_probs": values(old),
                 "gw_log_probs": values(gw),
                 "delta": values(gw - old),

@@ -190,6 +190,11 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RayPPOTrainer):
             # SYNC WARNING: verl/workers/engine/utils.py:prepare_micro_batches (fixed micro-batches must divide a rank)
             divisor *= actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu
         padded, _ = pad_dataproto_to_divisor(hint_batch, divisor)
+        # SYNC WARNING: verl/protocol.py:pad_dataproto_to_divisor returns its input itself when no row is needed, and
+        # DataProto.reorder (used by _balance_batch) works in place: balance a shallow copy, never the caller's batch.
+        padded = DataProto(
+            batch=padded.batch.copy(), non_tensor_batch=dict(padded.non_tensor_batch), meta_info=dict(padded.meta_info)
+        )
         padded.batch["cpo_hint_row"] = torch.arange(len(padded))
         if self.config.trainer.balance_batch and dp_size > 1:
             # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._balance_batch reorders in place

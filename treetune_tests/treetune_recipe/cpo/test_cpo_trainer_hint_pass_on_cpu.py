@@ -270,3 +270,21 @@ def test_with_offloaded_parameters_the_hinted_pass_keeps_the_offload_switch(monk
     batch = HINT_TESTS.make_batch(trainer.tokenizer, HINT_TESTS.PROBLEMS, n=4, seed=3)
     trainer._score_hint_batch(build_hint_batch(batch, trainer.tokenizer, trainer.hint_config)[0])
     assert "disable_auto_offload" not in trainer.actor_rollout_wg.log_prob_requests[-1].keys()
+
+
+@pytest.mark.parametrize("setup", ["dp2-fixed-micro-balanced", "dp2-dynamic-balanced"])
+def test_the_hinted_pass_leaves_the_callers_hint_batch_in_row_order(monkeypatch, setup):
+    """Balancing reorders the rows sent to the workers, never the hint batch the trainer reads afterwards (its
+    ``hint_missing`` flags and the credit dump's hint prompts), even when no padding row is needed."""
+    trainer = make_trainer(monkeypatch, **SETUPS[setup])
+    batch = HINT_TESTS.make_batch(trainer.tokenizer, HINT_TESTS.PROBLEMS, n=4, seed=3)
+    hint_batch, _ = build_hint_batch(batch, trainer.tokenizer, trainer.hint_config)
+    assert len(hint_batch) % (2 * 2) == 0  # no padding: the case where the pass could alias the caller's batch
+    before = copy.deepcopy(hint_batch)
+    trainer._score_hint_batch(hint_batch)
+    assert sorted(hint_batch.batch.keys()) == sorted(before.batch.keys())
+    for key in before.batch.keys():
+        torch.testing.assert_close(hint_batch.batch[key], before.batch[key], rtol=0, atol=0, msg=key)
+    assert sorted(hint_batch.non_tensor_batch) == sorted(before.non_tensor_batch)
+    for key, values in before.non_tensor_batch.items():
+        assert list(hint_batch.non_tensor_batch[key]) == list(values), key
