@@ -13,12 +13,20 @@
 # limitations under the License.
 """End to end on CPU: the CPO recipe (``python -m treetune_recipe.cpo.main_cpo platform=cpu``) with real Ray and the
 real verl 0.7.1 trainer on the tiny assets, checked from each run's own outputs (exit status, logged metrics,
-checkpoints). Start-up errors of bad configs are checked through the same entry point.
+checkpoints, the credit dump). Start-up errors of bad configs are checked through the same entry point.
+
+The two-step CPO run trains the context-sensitive tiny model (log-probs that move by nats with the context) on two
+data-parallel workers with batch balancing, so its numbers check the whole pipeline: the rollout's log-probs against the
+trainer's (``rollout_corr/kl``, weight sync included), and the old and hinted log-probs of the credit dump (hinted pass
+padded for DP, balanced and scattered back) against fp32 transformers, each with a corrupted-input control.
 """
 
+import importlib.util
+import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -26,7 +34,7 @@ from safetensors.torch import load_file
 
 from treetune_recipe.cpo import ENTRY_MODULE
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
-from treetune_scripts.make_tiny_assets import build_tiny_assets
+from treetune_scripts.make_tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, read_metrics, tiny_run_overrides
 
 RUN_TIMEOUT_S = 480
@@ -41,9 +49,44 @@ DRIVER_METRICS = (
 LOSS_METRICS = ("actor/cpo/adv_delta_absmean", "actor/cpo/adv_delta_absmean/wrong", "actor/cpo/changed_token_frac")
 
 
+#: Healthy bf16-trainer vs fp32-rollout mismatch is about 1e-3 nats per token; the attention-mask bug gave 3.
+ROLLOUT_KL_MAX = 0.01
+
+
+def _load_engine_harness():
+    spec = importlib.util.spec_from_file_location(
+        "cpo_engine_harness_e2e", Path(__file__).with_name("engine_harness.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="module")
 def assets_dir():
+    """The near-uniform tiny model: for plumbing and start-up checks, where context cannot matter."""
     return build_tiny_assets()
+
+
+@pytest.fixture(scope="module")
+def context_sensitive_assets_dir():
+    return build_tiny_assets(config=CONTEXT_SENSITIVE)
+
+
+def rescored_dump(model_path: Path, dump: dict, corruption: str | None = None):
+    """fp32 transformers' ``(old, hinted)`` log-probs of every dumped row: lists of ``[R]`` tensors."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    harness = _load_engine_harness()
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, attn_implementation="sdpa").eval()
+    old, hinted = [], []
+    with torch.no_grad():
+        for row in dump["rows"]:
+            response = torch.tensor(row["token_ids"])
+            old.append(harness._row_scores(model, torch.tensor(row["prompt_ids"]), response, corruption)[0])
+            hinted.append(harness._row_scores(model, torch.tensor(row["hint_prompt_ids"]), response, corruption)[0])
+    return old, hinted
 
 
 def run_cpo(assets_dir, run_dir, *, steps, extra=(), timeout_s=RUN_TIMEOUT_S):
@@ -65,8 +108,10 @@ def run_cpo(assets_dir, run_dir, *, steps, extra=(), timeout_s=RUN_TIMEOUT_S):
 
 @pytest.mark.e2e
 @pytest.mark.timeout(RUN_TIMEOUT_S + 120)
-def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(assets_dir, tmp_path):
-    steps = 2
+def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(context_sensitive_assets_dir, tmp_path):
+    import torch
+
+    assets_dir, steps = context_sensitive_assets_dir, 2
     run, metrics = run_cpo(
         assets_dir,
         tmp_path,
@@ -78,6 +123,14 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(assets_dir, tmp_pat
             # About half the responses count as correct (the tiny model never answers right), so the steps have
             # correct responses, whose hinted log-probs seq_kl (alpha+ = 0) never reads.
             "reward.custom_reward_function.name=compute_score_half_correct",
+            # Two data-parallel trainer workers (verl balances the batch over them by default).
+            "trainer.n_gpus_per_node=2",
+            "ray_kwargs.ray_init.num_gpus=2",
+            "++ray_kwargs.ray_init.resources.cpu=2",
+            "trainer.balance_batch=true",
+            # Step 1 scores every row under the hint and dumps old and hinted log-probs with token ids.
+            "cpo.credit_dump.steps=[1]",
+            f"cpo.credit_dump.dir={tmp_path / 'credit'}",
         ],
     )
     assert sorted(metrics) == list(range(1, steps + 1))
@@ -87,17 +140,44 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(assets_dir, tmp_pat
         # The hint prompt really changes the response log-probs: gw_log_probs != old_log_probs on some tokens.
         assert values["cpo/gw_minus_old_absmean"] > 1e-3, step
         assert values["cpo/hint_missing_frac"] == 0 and values["cpo/hint_truncated_frac"] == 0
-        # cpo.hint.rescore=needed (the default): seq_kl with alpha+ = 0 scores the wrong responses only.
-        assert values["cpo/hint_rows_frac"] == pytest.approx(1 - values["cpo/success_frac"]), step
-        # seq_kl with neg_alpha=1 moves the advantages of wrong responses.
         assert 0 < values["cpo/success_frac"] < 1, step
-        assert values["cpo/hint_rows_frac"] < 1, step
-        # Those rows' hint prompts are longer than their plain prompts: more tokens than their share of the batch.
-        assert values["cpo/hint_rows_frac"] < values["cpo/hint_token_ratio"], step
         assert values["actor/cpo/adv_delta_absmean/wrong"] > 0, step
         assert values["actor/cpo/changed_token_frac"] > 0, step
-        assert values["training/rollout_probs_diff_max"] < 0.1
+        # The trainer's log-probs are the rollout's (same weights, same tokens): the run is healthy.
+        assert values["rollout_corr/kl"] < ROLLOUT_KL_MAX, (step, values["rollout_corr/kl"])
+        assert values["training/rollout_probs_diff_mean"] < ROLLOUT_KL_MAX, step
+    # cpo.hint.rescore=needed (the default): seq_kl with alpha+ = 0 scores the wrong responses only (step 2; step 1
+    # dumps credit, so it scores every row).
+    assert metrics[1]["cpo/hint_rows_frac"] == 1
+    assert metrics[2]["cpo/hint_rows_frac"] == pytest.approx(1 - metrics[2]["cpo/success_frac"])
+    # Those rows' hint prompts are longer than their plain prompts: more tokens than their share of the batch.
+    assert metrics[2]["cpo/hint_rows_frac"] < metrics[2]["cpo/hint_token_ratio"]
     assert metrics[steps]["actor/kl_loss"] > 0  # reference model on, and the policy moved away from it
+    print(f"\nrollout_corr/kl per step: {[metrics[step]['rollout_corr/kl'] for step in sorted(metrics)]}")
+
+    # The dump of step 1 (weights still the initial ones) against fp32 transformers on the same token ids.
+    harness = _load_engine_harness()
+    dump = json.loads((tmp_path / "credit" / "step_1.json").read_text())
+    assert len(dump["rows"]) > 4
+    old, hinted = rescored_dump(assets_dir / "model", dump)
+
+    def as_matrix(rows):
+        return torch.nn.utils.rnn.pad_sequence([torch.as_tensor(row, dtype=torch.float32) for row in rows], True)
+
+    dumped_old = as_matrix([row["old_log_probs"] for row in dump["rows"]])
+    dumped_hinted = as_matrix([row["gw_log_probs"] for row in dump["rows"]])
+    mask = as_matrix([[1.0] * len(row["token_ids"]) for row in dump["rows"]])
+    harness.assert_scores_match(dumped_old, as_matrix(old), "dumped old log-probs", mask)
+    harness.assert_scores_match(dumped_hinted, as_matrix(hinted), "dumped hinted log-probs", mask)
+    # Controls: the hinted log-probs are not the plain ones, and no corrupted forward matches either pass.
+    with pytest.raises(AssertionError):
+        harness.assert_scores_match(dumped_hinted, as_matrix(old), "hinted vs plain", mask)
+    for corruption in harness.CORRUPTIONS:
+        corrupted_old, corrupted_hinted = rescored_dump(assets_dir / "model", dump, corruption)
+        with pytest.raises(AssertionError):
+            harness.assert_scores_match(dumped_old, as_matrix(corrupted_old), corruption, mask)
+        with pytest.raises(AssertionError):
+            harness.assert_scores_match(dumped_hinted, as_matrix(corrupted_hinted), corruption, mask)
 
     initial = load_file(assets_dir / "model" / "model.safetensors")
     trained = load_file(
