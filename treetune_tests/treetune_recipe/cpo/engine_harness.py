@@ -372,9 +372,10 @@ def counted_micro_batches(worker):
 # The checks (the CPU twin and the GPU tier run the same ones)
 # --------------------------------------------------------------------------------------------------------------
 #: Engine (bf16 autocast, on CPU too) vs fp32 transformers on the context-sensitive model: per-token log-probs and
-#: entropies within 0.3 nats (measured max about 0.16) and 0.06 on average (measured about 0.03); the scalar loss;
-#: the gradient norm. A corrupted forward is off by more than a nat on average.
-SCORE_MAX_TOL, SCORE_MEAN_TOL, LOSS_ATOL, GRAD_NORM_RTOL = 0.3, 0.06, 3e-2, 5e-2
+#: entropies within 0.5 nats and 0.06 on average (measured: max 0.16 here and 0.37 over the 512 tokens of the e2e run's
+#: credit dump, mean about 0.03); the scalar loss; the gradient norm. A corrupted forward is off by 1.3 to 9.5 nats on
+#: average (:func:`check_context_sensitive`), so the mean bound is what each control trips.
+SCORE_MAX_TOL, SCORE_MEAN_TOL, LOSS_ATOL, GRAD_NORM_RTOL = 0.5, 0.06, 3e-2, 5e-2
 
 
 def assert_scores_match(got: torch.Tensor, expected: torch.Tensor, what: str, mask: torch.Tensor | None = None) -> None:
