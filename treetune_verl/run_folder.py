@@ -344,13 +344,21 @@ def _raise_terminated(signum, frame):
 
 
 def exit_on_sigterm() -> None:
-    """Make SIGTERM raise :class:`Terminated` (exit status 143) in this process, as SIGINT raises KeyboardInterrupt.
+    """Make SIGTERM raise :class:`Terminated` (exit status 143) in this process, and SIGINT raise KeyboardInterrupt.
 
     Python's default action, and the failure handler Ray's core worker installs during ``ray.init`` (it prints a
     stack and aborts, status -6), both end the driver without running ``finally`` blocks: ``ray.shutdown()`` and the
     lock release never ran. Call it from the main thread, again after ``ray.init`` (see :class:`RearmSigterm`).
+
+    A process that starts with SIGINT ignored keeps it ignored (Python installs its KeyboardInterrupt handler only
+    over the default action): a background job of a non-interactive shell (``nohup python -m ... &`` in a script,
+    ``make test &``) does, and its children inherit that. Such a driver would train on through ``kill -INT``, so an
+    ignored SIGINT is given back Python's handler (:func:`signal.default_int_handler`); a handler someone installed
+    is kept.
     """
     signal.signal(signal.SIGTERM, _raise_terminated)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class RearmSigterm:

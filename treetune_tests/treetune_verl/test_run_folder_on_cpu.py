@@ -12,7 +12,8 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """``treetune_verl.run_folder``: run locks across processes, complete checkpoints, resume fallback, metrics
-history, SIGTERM as a clean exit (no Ray; subprocesses stand in for runs and are killed for real)."""
+history, SIGTERM and SIGINT (also inherited as ignored) as a clean exit (no Ray; subprocesses stand in for runs
+and are killed for real)."""
 
 import json
 import os
@@ -237,3 +238,50 @@ def test_row12_sigterm_runs_the_clean_up(tmp_path):
     child.send_signal(signal.SIGTERM)
     assert child.stdout.read().strip() == "cleaned up"
     assert child.wait(timeout=30) == 128 + signal.SIGTERM
+
+
+SIGINT_CHILD = """
+    import signal, time
+    from treetune_verl.run_folder import exit_on_sigterm
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # as inherited by a background job (nohup ... &)
+    exit_on_sigterm()
+    try:
+        print("ready", flush=True)
+        time.sleep(600)
+    finally:
+        print("cleaned up", flush=True)
+"""
+
+
+def test_row12_sigint_runs_the_clean_up_when_started_with_sigint_ignored():
+    # A background job of a non-interactive shell starts with SIGINT ignored, and children inherit that.
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(SIGINT_CHILD)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        child.send_signal(signal.SIGINT)
+        output, _ = child.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("SIGINT did not stop a process started with SIGINT ignored")
+    finally:
+        child.kill()
+    assert output.strip() == "cleaned up"
+    assert child.returncode == -signal.SIGINT  # KeyboardInterrupt, as in a foreground run
+
+
+def test_exit_on_sigterm_keeps_a_sigint_handler_someone_installed():
+    def custom(signum, frame):
+        pass
+
+    previous = {signal.SIGTERM: signal.getsignal(signal.SIGTERM), signal.SIGINT: signal.signal(signal.SIGINT, custom)}
+    try:
+        run_folder.exit_on_sigterm()
+        assert signal.getsignal(signal.SIGINT) is custom
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
