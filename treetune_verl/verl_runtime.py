@@ -17,7 +17,8 @@ verl imports each module listed (comma-separated) in the ``VERL_USE_EXTERNAL_MOD
 ``verl`` itself is imported, in the driver and in every Ray worker. ``treetune_recipe/cpo/config/cpo_trainer.yaml``
 lists this module; the CPU profile (``platform=cpu``) lists :mod:`treetune_verl.cpu_backend`, which imports this one.
 
-On import it applies the version-guarded engine-worker fixes of :mod:`treetune_verl.patches` and, where the
+On import it applies the version-guarded engine fixes of :mod:`treetune_verl.patches` (the actor kept on its device
+after weight sync; a full-sequence attention mask on the FSDP engine's padded path, verl #6278) and, where the
 ``flash_attn`` package is missing, routes verl's pad/unpad helpers to verl's own pure-torch implementation.
 """
 

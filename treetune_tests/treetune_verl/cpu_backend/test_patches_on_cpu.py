@@ -221,3 +221,64 @@ def test_request_entropy_sets_the_flag_on_every_update_of_that_worker_group():
     group.update_actor(legacy_batch)
     assert group.received[1] is legacy_batch
     assert not hasattr(other.update_actor, "_treetune_entropy")  # only that instance is wrapped
+
+
+def _no_padding_micro_batch(prompt_lens, response_lens):
+    """An engine micro-batch as ``left_right_2_no_padding`` leaves it (jagged input_ids/position_ids/loss_mask)."""
+    from tensordict import TensorDict
+    from verl.utils import tensordict_utils as tu
+
+    lengths = [p + r for p, r in zip(prompt_lens, response_lens, strict=True)]
+    ids = torch.nested.as_nested_tensor([torch.arange(3, 3 + n) for n in lengths], layout=torch.jagged)
+    positions = torch.nested.as_nested_tensor([torch.arange(n) for n in lengths], layout=torch.jagged)
+    # SYNC WARNING: verl/workers/utils/padding.py:left_right_2_no_padding (l.71, loss_mask = the response mask)
+    loss_mask = torch.nested.as_nested_tensor(
+        [torch.ones(r, dtype=torch.long) for r in response_lens], layout=torch.jagged
+    )
+    batch = TensorDict(
+        {"input_ids": ids, "position_ids": positions, "loss_mask": loss_mask, "temperature": torch.ones(len(lengths))},
+        batch_size=[len(lengths)],
+    )
+    tu.assign_non_tensor(batch, use_remove_padding=False, pad_token_id=0)
+    return batch
+
+
+def test_no_padding_attention_mask_covers_each_whole_sequence():
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
+
+    assert "no_padding_attention_mask" in patches.applied_patches()
+    prompt_lens, response_lens = [5, 2, 7], [3, 6, 3]  # sequences of 8, 8 and 10 tokens
+    micro_batch = _no_padding_micro_batch(prompt_lens, response_lens)
+    engine = object.__new__(FSDPEngineWithLMHead)  # prepare_model_inputs reads nothing of the engine on this path
+    model_inputs, _ = FSDPEngineWithLMHead.prepare_model_inputs(engine, micro_batch)
+    expected = torch.tensor([[1] * 8 + [0] * 2, [1] * 8 + [0] * 2, [1] * 10])
+    torch.testing.assert_close(model_inputs["attention_mask"].long(), expected)
+    torch.testing.assert_close(model_inputs["input_ids"][2], torch.arange(3, 13))
+    # verl 0.7.1's own mask (the bug, #6278): as many ones as response tokens. When this assertion fails, upstream
+    # has fixed it in this release and the patch can go (0.8.0 builds the mask from input_ids).
+    upstream = FSDPEngineWithLMHead.prepare_model_inputs.__wrapped__
+    buggy_inputs, _ = upstream(engine, _no_padding_micro_batch(prompt_lens, response_lens))
+    torch.testing.assert_close(buggy_inputs["attention_mask"].sum(-1).long(), torch.tensor(response_lens))
+
+
+def test_full_sequence_attention_mask_pads_on_the_right():
+    ids = torch.nested.as_nested_tensor([torch.ones(2), torch.ones(4), torch.ones(1)], layout=torch.jagged)
+    expected = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]], dtype=torch.int32)
+    torch.testing.assert_close(patches.full_sequence_attention_mask(ids), expected)
+
+
+def test_a_patch_listed_in_treetune_skip_patches_is_not_applied_in_a_fresh_process():
+    code = textwrap.dedent(
+        """
+        import treetune_verl.cpu_backend
+        import verl.workers.engine.fsdp.transformer_impl as impl
+        from treetune_verl import patches
+        print(getattr(impl.FSDPEngineWithLMHead.prepare_model_inputs, "_treetune_full_mask", False))
+        print("no_padding_attention_mask" in patches.applied_patches())
+        """
+    )
+    env = {**os.environ, patches.SKIP_PATCHES_ENV: "no_padding_attention_mask"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[-2:] == ["False", "False"]
+    assert "patch 'no_padding_attention_mask' skipped" in proc.stdout
