@@ -23,7 +23,7 @@ from transformers import AutoModelForCausalLM
 from verl.workers.config import RolloutConfig
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
-from treetune_scripts.make_tiny_assets import build_tiny_assets
+from treetune_scripts.make_tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 from treetune_verl.cpu_backend.hf_server import HFGenerationServer
 
 PROMPT_LENGTH, RESPONSE_LENGTH = 64, 12
@@ -32,7 +32,8 @@ GREEDY = {"temperature": 0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0
 
 @pytest.fixture(scope="module")
 def model_dir():
-    return build_tiny_assets() / "model"
+    """A model whose next tokens depend on the context, so a rollout that drops or misplaces context is caught."""
+    return build_tiny_assets(config=CONTEXT_SENSITIVE) / "model"
 
 
 @pytest.fixture
@@ -69,6 +70,12 @@ def test_concurrent_greedy_requests_are_batched_and_match_one_by_one_decoding(se
         assert output.token_ids == expected_tokens
         torch.testing.assert_close(torch.tensor(output.log_probs), torch.tensor(expected_log_probs))
         assert output.stop_reason == "completed"
+        # Control: the same decoding with one prompt token dropped gives another continuation or other log-probs.
+        dropped = prompt[: len(prompt) // 2] + prompt[len(prompt) // 2 + 1 :]
+        control_tokens, control_log_probs = naive_greedy(reference, dropped, RESPONSE_LENGTH, server.eos_token_ids)
+        if control_tokens == output.token_ids:
+            with pytest.raises(AssertionError):
+                torch.testing.assert_close(torch.tensor(output.log_probs), torch.tensor(control_log_probs))
     stats = asyncio.run(server.get_stats())
     assert stats["decoded_batches"] < len(prompts)  # concurrent requests shared a decoding batch
 
