@@ -16,7 +16,8 @@
 Two steps on engine workers (``use_legacy_worker_impl=disable``), with KL loss against the reference model, the
 ``hf`` rollout and the CPU patches loaded through ``VERL_USE_EXTERNAL_MODULES``. Checked from the run's own outputs:
 exit status, logged metrics, a changed policy (saved HF checkpoint vs the initial weights) and rollout log-probs
-that agree with the actor's recomputation on the updated weights (so the weight sync to the server works).
+that agree with the actor's recomputation on the updated weights (so the weight sync to the server works), on the
+context-sensitive tiny model, where a forward without its context would be off by nats.
 """
 
 import math
@@ -25,7 +26,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from treetune_scripts.make_tiny_assets import build_tiny_assets
+from treetune_scripts.make_tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, launch_training, read_metrics, tiny_run_overrides
 
 RUN_TIMEOUT_S = 480
@@ -35,7 +36,7 @@ STEPS = 2
 @pytest.mark.e2e
 @pytest.mark.timeout(RUN_TIMEOUT_S + 120)
 def test_grpo_two_steps_on_engine_workers_with_kl_loss(tmp_path):
-    assets_dir = build_tiny_assets()
+    assets_dir = build_tiny_assets(config=CONTEXT_SENSITIVE)  # log-probs that depend on their context, by nats
     overrides = tiny_run_overrides(assets_dir, tmp_path, total_training_steps=STEPS, experiment_name="e2e_grpo")
     overrides += [
         "algorithm.adv_estimator=grpo",
@@ -62,6 +63,7 @@ def test_grpo_two_steps_on_engine_workers_with_kl_loss(tmp_path):
             assert key in values and math.isfinite(values[key]), (step, key)
         assert values["actor/grad_norm"] > 0
         assert values["training/rollout_probs_diff_max"] < 0.1
+        assert abs(values["rollout_corr/kl"]) < 0.01, (step, values["rollout_corr/kl"])  # 3 nats with verl #6278
     assert metrics[STEPS]["actor/kl_loss"] > 0  # the reference model is on and the policy moved away from it
     # Step 2 rolled out with the weights after update 1: the server must have received them.
     assert metrics[STEPS]["training/rollout_actor_probs_pearson_corr"] > 0.9
