@@ -372,10 +372,11 @@ def counted_micro_batches(worker):
 # The checks (the CPU twin and the GPU tier run the same ones)
 # --------------------------------------------------------------------------------------------------------------
 #: Engine (bf16 autocast, on CPU too) vs fp32 transformers on the context-sensitive model: per-token log-probs and
-#: entropies within 0.5 nats and 0.06 on average (measured: max 0.16 here and 0.37 over the 512 tokens of the e2e run's
-#: credit dump, mean about 0.03); the scalar loss; the gradient norm. A corrupted forward is off by 1.3 to 9.5 nats on
-#: average (:func:`check_context_sensitive`), so the mean bound is what each control trips.
-SCORE_MAX_TOL, SCORE_MEAN_TOL, LOSS_ATOL, GRAD_NORM_RTOL = 0.5, 0.06, 3e-2, 5e-2
+#: entropies within 0.5 nats and 0.08 on average (measured: max 0.16-0.17 and mean 0.048-0.050 for the old, ref and
+#: hinted passes here, max 0.37 over the 512 tokens of the e2e run's credit dump); the scalar loss; the gradient norm.
+#: A corrupted forward is off by 0.66 to 7.8 nats on average (the smallest: one dropped token of a long hint prompt),
+#: so the mean bound is what each control trips.
+SCORE_MAX_TOL, SCORE_MEAN_TOL, LOSS_ATOL, GRAD_NORM_RTOL = 0.5, 0.08, 3e-2, 5e-2
 
 
 def assert_scores_match(got: torch.Tensor, expected: torch.Tensor, what: str, mask: torch.Tensor | None = None) -> None:
