@@ -24,7 +24,10 @@ Upstream ``fit()`` runs unchanged. Two methods are overridden:
   ``gw_log_probs``/``seq_rewards``/``difficulty`` to the batch and calls ``super()``.
 
 CPO is opt-in through ``algorithm.adv_estimator=cpo``: with any other estimator this class behaves exactly like
-``RayPPOTrainer``.
+``RayPPOTrainer``, plus its two mixins, which apply to every estimator: ``CompleteCheckpointsMixin`` (checkpoint
+markers) and ``RolloutHealthMixin`` (``treetune_verl.rollout_health``: after the old-log-prob pass of each step it
+compares the rollout's and the trainer's log-probs, warns or stops the run, and both paths of ``_update_actor`` end in
+its ``_update_actor``, which adds ``treetune/rollout_health/*`` to the step's metrics).
 """
 
 from __future__ import annotations
@@ -53,11 +56,13 @@ from treetune_recipe.cpo.cpo_hint import HintConfig, build_hint_batch
 from treetune_recipe.cpo.cpo_loss import cpo_ppo_loss
 from treetune_recipe.cpo.preflight import check_cpo_config, cpo_is_enabled
 from treetune_verl.patches import request_entropy_in_actor_updates
+from treetune_verl.rollout_health import RolloutHealthMixin
 from treetune_verl.run_folder import CompleteCheckpointsMixin
 
 
-class RayCPOTrainer(CompleteCheckpointsMixin, RayPPOTrainer):
-    """GRPO trainer with CPO advantage shaping (see the module docstring); its checkpoints are marked complete."""
+class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer):
+    """GRPO trainer with CPO advantage shaping (see the module docstring); its checkpoints are marked complete, and
+    every step's rollout-vs-trainer log-prob mismatch is checked before any update (``treetune.rollout_health``)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from treetune_recipe.cpo.config import CPOConfig
 from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig
 from treetune_recipe.cpo.cpo_hint import HintConfig, hint_question, hint_solution, shortest_hint_prompt_lengths
+from treetune_verl.rollout_health import RolloutHealthConfig
 
 CPO_ESTIMATOR = "cpo"
 DEFAULT_QUESTION_KEY = next(f.default for f in dataclasses.fields(HintConfig) if f.name == "question_key")
@@ -60,6 +61,7 @@ def check_cpo_run(config, tokenizer=None) -> None:
     - verl's RL parquet layout on the train and validation files (every bad row listed; validation files need no
       ``ability``, no row needs ``extra_info.question``);
     - prompts longer than ``data.max_prompt_length`` while verl would neither filter nor truncate them;
+    - the ``treetune.rollout_health`` thresholds of the run-health guard (every estimator);
     - with CPO on: the solution key of the hint prompt in the training rows (every row with ``on_missing=error``; the
       share of rows without one is printed; none at all stops unless ``cpo.hint.allow_all_missing=true``), and the
       hint prompt of the longest question fitting ``cpo.hint.max_prompt_length`` with an empty solution.
@@ -74,6 +76,7 @@ def check_cpo_run(config, tokenizer=None) -> None:
     from treetune_verl.data.rl_schema import check_rl_files, overlong_prompt_problems
 
     check_cpo_config(config)
+    RolloutHealthConfig.from_run_config(config)  # RayCPOTrainer's guard, for every estimator: same error, before Ray
     train = check_rl_files(config.data.train_files, require_solution=False, what="data.train_files")
     val = check_rl_files(config.data.val_files, require_solution=False, what="data.val_files", require_ability=False)
     data = config.data

@@ -24,7 +24,8 @@ Every inline backtick span outside fenced code blocks is classified by the first
    ``treetune_verl/config/platform/cpu.yaml``) must exist.
 3. **pkg** – ``pkg://a.b``: the module or package ``a.b`` must resolve (as in rule 8).
 4. **metric** – ``a/b...`` whose first segment is a metric namespace (``actor``, ``cpo``, ``timing_s``...). Metrics
-   this project logs (``cpo/...``, ``actor/cpo/...``, ``timing_s/cpo_...``; one ``{a,b}`` brace group is expanded)
+   this project logs (``cpo/...``, ``actor/cpo/...``, ``timing_s/cpo_...``, ``treetune/...``; one ``{a,b}`` brace
+   group is expanded)
    must appear as a string literal in the project's code; verl's own metrics and patterns (``cpo/...``, ``cpo/*``) are
    skipped (verl builds many names dynamically).
 5. **skipped snippet** – any other span with whitespace or one of ``<>*{}[]()$|"',=@``: code, placeholders, globs.
@@ -72,8 +73,9 @@ METRIC_NAMESPACES = {
     "global_seqlen",
     "val-core",
     "val-aux",
+    "treetune",
 }
-OUR_METRIC_PREFIXES = ("cpo/", "actor/cpo/", "timing_s/cpo_")
+OUR_METRIC_PREFIXES = ("cpo/", "actor/cpo/", "timing_s/cpo_", "treetune/")
 RUNTIME_PREFIXES = ("outputs/", ".cache/", ".venv/", "checkpoints/", "/", "~")
 RUNTIME_FILES = {
     "train.log",

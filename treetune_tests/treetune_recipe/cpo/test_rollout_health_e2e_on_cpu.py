@@ -1,0 +1,139 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""End to end on CPU: the run-health guard (``treetune.rollout_health``) on GRPO runs of the recipe's entry point.
+
+The context-sensitive tiny model (``CONTEXT_SENSITIVE``: its log-probs depend on the context by nats; on the default
+tiny model, close to uniform, a masked context changes almost nothing) is trained with GRPO twice:
+
+- with the upstream attention-mask bug re-introduced (``TREETUNE_SKIP_PATCHES=no_padding_attention_mask``: the
+  trainer scores every token after position R of an R-token response with most of its context masked out): the
+  guard must stop the run at step 1, before any update, with its message in the log and a non-zero exit;
+- healthy (the patch applied): the run must finish, with ``rollout_corr/kl`` below the warn threshold at every step
+  and no guard warning.
+
+Both runs print the measured mismatch, to quote.
+"""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from treetune_recipe.cpo import ENTRY_MODULE
+from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
+from treetune_scripts.make_tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
+from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, read_metrics, tiny_run_overrides
+from treetune_verl.patches import SKIP_PATCHES_ENV
+from treetune_verl.rollout_health import (
+    CHECKED_METRIC,
+    KL_METRIC,
+    PROBS_DIFF_METRIC,
+    WARNING_METRIC,
+    RolloutHealthConfig,
+)
+
+RUN_TIMEOUT_S = 480
+STEPS = 3
+BROKEN_PATCH = "no_padding_attention_mask"
+GRPO = ["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=2"]
+STOP_LINE = re.compile(
+    r"rollout health STOP at step (\d+): .*?rollout_corr/kl=(\S+) .*?training/rollout_probs_diff_mean=(\S+) "
+)
+
+
+@pytest.fixture(scope="module")
+def assets_dir():
+    return build_tiny_assets(config=CONTEXT_SENSITIVE)
+
+
+def run_grpo(assets_dir, run_dir, *extra, env=None):
+    run = launch_cpo_on_cpu(
+        [*GRPO, *extra],
+        run_dir / "train.log",
+        assets_dir=assets_dir,
+        run_dir=run_dir,
+        total_training_steps=STEPS,
+        experiment_name="e2e_rollout_health",
+        timeout_s=RUN_TIMEOUT_S,
+        env=env,
+    )
+    log = run.log_path.read_text()
+    assert not run.timed_out, f"run exceeded {RUN_TIMEOUT_S} s:\n" + "\n".join(log.splitlines()[-60:])
+    return run, log
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
+def test_broken_log_probs_stop_the_run_at_step_one_before_any_update(assets_dir, tmp_path):
+    # A local Ray cluster's workers inherit the launcher's environment; the runtime_env entry reaches the workers of a
+    # cluster the run joins too. On this box either alone re-introduces the bug in every process.
+    run, log = run_grpo(
+        assets_dir,
+        tmp_path,
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.{SKIP_PATCHES_ENV}={BROKEN_PATCH}",
+        env={SKIP_PATCHES_ENV: BROKEN_PATCH},
+    )
+    tail = "\n".join(log.splitlines()[-60:])
+    assert f"patch '{BROKEN_PATCH}' skipped" in log  # the bug is really back in the trainer's workers
+    assert run.returncode != 0, tail
+    assert "RolloutMismatchError" in log, tail
+    match = STOP_LINE.search(log)
+    assert match, tail
+    step, kl, probs_diff = int(match.group(1)), float(match.group(2)), float(match.group(3))
+    print(f"\n[broken run] step {step}: {KL_METRIC}={kl} {PROBS_DIFF_METRIC}={probs_diff}")
+    defaults = RolloutHealthConfig()
+    assert step == 1 and kl > defaults.stop_kl
+    for hint in ("#6278", "weight sync", "chat template", "dtype", "temperature", "treetune.rollout_health.enabled"):
+        assert hint in log, hint
+    # Stopped before step 1 was logged: no step's metrics, no checkpoint.
+    metrics_file = tmp_path / METRICS_FILE
+    assert not metrics_file.exists() or read_metrics(metrics_file) == {}
+    assert not list((tmp_path / "checkpoints").glob("global_step_*"))
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
+def test_healthy_run_stays_below_the_warn_thresholds(assets_dir, tmp_path):
+    run, log = run_grpo(assets_dir, tmp_path)
+    assert run.returncode == 0, "\n".join(log.splitlines()[-60:])
+    assert "rollout health" not in log  # neither a warning nor a stop
+    metrics = read_metrics(tmp_path / METRICS_FILE)
+    assert sorted(metrics) == list(range(1, STEPS + 1))
+    defaults = RolloutHealthConfig()
+    for step, values in metrics.items():
+        kl, probs_diff = values[KL_METRIC], values[PROBS_DIFF_METRIC]
+        print(f"\n[healthy run] step {step}: {KL_METRIC}={kl:.6f} {PROBS_DIFF_METRIC}={probs_diff:.6f}")
+        assert abs(kl) < defaults.warn_kl and probs_diff < defaults.warn_probs_diff, step
+        assert values[CHECKED_METRIC] == 1.0 and values[WARNING_METRIC] == 0.0, step
+
+
+@pytest.mark.e2e
+def test_invalid_thresholds_stop_at_start_up(tmp_path):
+    assets_dir = build_tiny_assets(config=CONTEXT_SENSITIVE)
+    command = [
+        sys.executable,
+        "-m",
+        ENTRY_MODULE,
+        "platform=cpu",
+        *tiny_run_overrides(assets_dir, tmp_path, total_training_steps=1),
+        f"hydra.run.dir={tmp_path / 'hydra'}",
+        *GRPO,
+        "treetune.rollout_health.warn_kl=2.0",
+    ]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "Started a local Ray instance" not in output  # stopped before Ray
+    assert "treetune.rollout_health.warn_kl=2.0 is above treetune.rollout_health.stop_kl=1.0" in output, output

@@ -1,0 +1,465 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Run-health guard: stop a run whose rollout and trainer disagree on the log-probs of the tokens they share.
+
+verl logs two mismatch metrics at every step, computed on the same response tokens from the rollout server's
+log-probs (``rollout_log_probs``, recorded while sampling) and the trainer's (``old_log_probs``, the actor's
+old-log-prob pass):
+
+- ``rollout_corr/kl`` (:data:`KL_METRIC`): masked mean of ``rollout_log_probs - old_log_probs`` over the valid
+  tokens, a direct estimate of KL(rollout || trainer) in nats per token;
+- ``training/rollout_probs_diff_mean`` (:data:`PROBS_DIFF_METRIC`): mean of ``|exp(old) - exp(rollout)|`` over the
+  same tokens.
+
+A healthy CPU run (fp32 rollout, bf16 trainer) gives a KL of about 0.001 and a probs diff of a few thousandths; runs
+that trained on wrong log-probs because of the upstream attention-mask bug (verl issue #6278, fixed here by the
+``no_padding_attention_mask`` patch) showed about 3 nats and 0.4, every step, and nothing read them. This module
+reads them:
+
+- :class:`RolloutHealthConfig` is the ``treetune.rollout_health`` block (thresholds; an invalid value fails at
+  start-up, on the driver before Ray, in ``treetune_recipe.cpo.preflight.check_cpo_run``, and again when the trainer
+  is built);
+- :class:`RolloutHealthMonitor` is the pure decision: fed one metric dict per step, it answers ok / warn / stop
+  (a value above a stop threshold, a non-finite value, or ``max_consecutive_warnings`` warning steps in a row);
+- :class:`RolloutHealthMixin` plugs it into a ``RayPPOTrainer`` subclass (before it in the bases, like
+  ``treetune_verl.run_folder.CompleteCheckpointsMixin``): it computes both metrics with verl's own functions
+  (:func:`mismatch_metrics`, so they equal the logged values), prints and logs one line per warning step, raises
+  :class:`RolloutMismatchError` on a stop, and adds ``treetune/rollout_health/*`` to the step's actor metrics.
+
+**Where the check runs.** ``RayPPOTrainer.fit`` computes the two metrics into a local dict that no method can read,
+so the mixin recomputes them from the batch. It does so in ``_compute_old_log_prob``, right after the old-log-prob
+pass returns, rather than in ``_update_actor`` (the other seam that sees both log-probs), because there
+
+1. it runs as early as the two log-probs exist: before the reference pass, the critic update (which ``fit`` runs
+   *before* ``_update_actor``, so a guard there would let a broken step train the critic), the advantages and
+   CPO's hinted pass; a broken step costs one rollout and one forward pass, and trains nothing;
+2. it sees the ``response_mask`` verl's own metrics use: ``compute_rollout_correction_and_add_to_batch`` (rejection
+   sampling, ``algorithm.rollout_correction.rollout_rs``) narrows the mask before ``_update_actor``, after the
+   metrics were computed, so numbers computed there would differ from the logged ones;
+3. it is skipped by ``fit`` exactly when the check is meaningless: in bypass mode
+   (``algorithm.rollout_correction.bypass_mode=true``) ``old_log_probs`` *are* the rollout's log-probs;
+4. it also runs during critic warm-up steps, which never call ``_update_actor``.
+
+``fit`` calls ``_compute_old_log_prob`` once per step; recipe code may call it again (CPO's credit dump does, on
+the same batch), so only the first call of each ``global_steps`` is checked. ``_update_actor`` (both its CPO and
+its plain path in ``RayCPOTrainer`` end in the mixin's) only reports the step's verdict as metrics. A stop raises
+inside ``fit`` in the TaskRunner actor; Ray re-raises it in the driver (``ray.get`` in verl's ``run_ppo``), whose
+Hydra main prints it and exits with status 1.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+logger = logging.getLogger(__name__)
+
+#: verl's metric of KL(rollout || trainer), nats per token (``rollout_corr/`` metrics of ``fit``).
+KL_METRIC = "rollout_corr/kl"
+#: verl's mean absolute difference of the token probabilities (``calculate_debug_metrics``).
+PROBS_DIFF_METRIC = "training/rollout_probs_diff_mean"
+#: Where the block lives in the run config.
+CONFIG_KEY = "treetune.rollout_health"
+#: Metrics the mixin adds to each step's actor metrics.
+CHECKED_METRIC = "treetune/rollout_health/checked"
+WARNING_METRIC = "treetune/rollout_health/warning"
+CONSECUTIVE_WARNINGS_METRIC = "treetune/rollout_health/consecutive_warnings"
+
+LIKELY_CAUSES = (
+    "the attention mask or position ids of the trainer's forward (e.g. verl issue #6278 with "
+    "actor_rollout_ref.model.use_remove_padding=false)",
+    "stale weights in the rollout server (weight sync from trainer to rollout)",
+    "a chat template or tokenization that differs between rollout and trainer",
+    "a dtype mismatch (bf16/fp16 vs fp32)",
+    "a rollout temperature not applied to the trainer's log-probs",
+)
+
+
+class RolloutMismatchError(RuntimeError):
+    """The rollout's and the trainer's log-probs of the same tokens disagree beyond the guard's stop thresholds."""
+
+
+# ----------------------------------------------------------------------------------------------------------- config
+
+
+@dataclass(frozen=True)
+class RolloutHealthConfig:
+    """The ``treetune.rollout_health`` block.
+
+    The field defaults below are the project's defaults, used when a config has no block;
+    ``treetune_recipe/cpo/config/cpo_trainer.yaml`` repeats them for users to read and override, and a test keeps the
+    two equal. A metric crosses a threshold when its absolute value is strictly above it; a null threshold is off.
+
+    Attributes:
+        enabled: run the guard at all.
+        warn_kl: warn above this ``|rollout_corr/kl|`` (nats per token; healthy runs ~0.001, the masked-context bug
+            ~3).
+        warn_probs_diff: warn above this ``training/rollout_probs_diff_mean`` (healthy ~0.003, the bug ~0.4).
+        stop_kl: stop at once above this ``|rollout_corr/kl|``.
+        stop_probs_diff: stop at once above this ``training/rollout_probs_diff_mean``.
+        max_consecutive_warnings: stop at the N-th warning step in a row; 0 or null = never.
+    """
+
+    enabled: bool = True
+    warn_kl: float | None = 0.01
+    warn_probs_diff: float | None = 0.02
+    stop_kl: float | None = 1.0
+    stop_probs_diff: float | None = 0.2
+    max_consecutive_warnings: int | None = 5
+
+    def __post_init__(self):
+        problems = _value_problems({field_.name: getattr(self, field_.name) for field_ in fields(self)})
+        if problems:
+            raise ValueError(_format_problems(problems))
+
+    @classmethod
+    def from_config(cls, block: Mapping[str, Any] | None) -> RolloutHealthConfig:
+        """Build from the ``treetune.rollout_health`` block (DictConfig, mapping, or None: all defaults).
+
+        Raises:
+            ValueError: listing every unknown key (with the valid ones) and invalid value.
+        """
+        problems = _block_problems(block)
+        if problems:
+            raise ValueError(_format_problems(problems))
+        return cls(**_as_dict(block))
+
+    @classmethod
+    def from_run_config(cls, config: Any) -> RolloutHealthConfig:
+        """The block of a whole run config, read with ``config.get``: a config without it gets the defaults."""
+        return cls.from_config(_run_config_block(config))
+
+
+_DEFAULTS = {field_.name: field_.default for field_ in fields(RolloutHealthConfig)}
+
+
+def _value_problems(values: Mapping[str, Any]) -> list[str]:
+    """Every invalid value of a complete set of the block's values."""
+    problems = []
+    if not isinstance(values["enabled"], bool):
+        problems.append(f"{CONFIG_KEY}.enabled must be true or false, got {values['enabled']!r}.")
+    for name in ("warn_kl", "warn_probs_diff", "stop_kl", "stop_probs_diff"):
+        value = values[name]
+        if value is not None and not (_is_number(value) and value >= 0):
+            problems.append(
+                f"{CONFIG_KEY}.{name}={value!r}: a threshold must be a finite number >= 0 (or null to turn it off); "
+                f"e.g. {CONFIG_KEY}.{name}={_DEFAULTS[name]}."
+            )
+    for metric in ("kl", "probs_diff"):
+        warn, stop = values[f"warn_{metric}"], values[f"stop_{metric}"]
+        if _is_number(warn) and _is_number(stop) and warn > stop:
+            problems.append(
+                f"{CONFIG_KEY}.warn_{metric}={warn} is above {CONFIG_KEY}.stop_{metric}={stop}: the run would stop "
+                f"without ever warning. Set warn_{metric} <= stop_{metric} (defaults {_DEFAULTS[f'warn_{metric}']} "
+                f"and {_DEFAULTS[f'stop_{metric}']})."
+            )
+    limit = values["max_consecutive_warnings"]
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        problems.append(
+            f"{CONFIG_KEY}.max_consecutive_warnings={limit!r} must be an integer >= 0 (0 or null: never stop on "
+            f"warnings alone); e.g. {CONFIG_KEY}.max_consecutive_warnings={_DEFAULTS['max_consecutive_warnings']}."
+        )
+    return problems
+
+
+def _run_config_block(config: Any) -> Any:
+    treetune = config.get("treetune") if config is not None else None
+    return treetune.get("rollout_health") if treetune is not None else None
+
+
+def _as_dict(block: Any) -> dict[str, Any]:
+    if block is None:
+        return {}
+    if isinstance(block, DictConfig):
+        return OmegaConf.to_container(block, resolve=True)
+    return dict(block)
+
+
+def _block_problems(block: Any) -> list[str]:
+    """Problems of the block's shape: not a mapping, or unknown keys."""
+    if block is None:
+        return []
+    if not (isinstance(block, Mapping) or hasattr(block, "keys")):
+        return [f"{CONFIG_KEY} must be a mapping of its keys, got {block!r}."]
+    valid = [f.name for f in fields(RolloutHealthConfig)]
+    unknown = sorted(set(map(str, block.keys())) - set(valid))
+    if unknown:
+        return [f"unknown key(s) {', '.join(unknown)} in {CONFIG_KEY}; valid keys: {', '.join(valid)}."]
+    return []
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _format_problems(problems: list[str]) -> str:
+    return f"invalid {CONFIG_KEY} config:\n" + "\n".join(f"  - {problem}" for problem in problems)
+
+
+# --------------------------------------------------------------------------------------------------------- decision
+
+
+class HealthStatus(str, enum.Enum):
+    """Verdict of one step."""
+
+    OK = "ok"
+    WARN = "warn"
+    STOP = "stop"
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class HealthDecision:
+    """What :meth:`RolloutHealthMonitor.check` decided for one step.
+
+    Attributes:
+        status: ok / warn / stop, or skipped (guard disabled, or neither metric available).
+        step: the training step (``global_steps``).
+        kl: the step's ``rollout_corr/kl`` (None when not available).
+        probs_diff: the step's ``training/rollout_probs_diff_mean`` (None when not available).
+        consecutive_warnings: warning steps in a row, this one included (0 after a healthy step).
+        message: the line to print (warn, stop) or why the step was skipped; empty when ok.
+    """
+
+    status: HealthStatus
+    step: int | None
+    kl: float | None = None
+    probs_diff: float | None = None
+    consecutive_warnings: int = 0
+    message: str = ""
+
+    def metrics(self) -> dict[str, float]:
+        """The ``treetune/rollout_health/*`` metrics of this step."""
+        return {
+            CHECKED_METRIC: float(self.status is not HealthStatus.SKIPPED),
+            WARNING_METRIC: float(self.status in (HealthStatus.WARN, HealthStatus.STOP)),
+            CONSECUTIVE_WARNINGS_METRIC: float(self.consecutive_warnings),
+        }
+
+
+class RolloutHealthMonitor:
+    """Decides, step after step, whether the rollout-vs-trainer mismatch metrics are healthy.
+
+    Pure apart from its counter of consecutive warning steps: no logging, no exception (see :func:`enforce`).
+
+    Args:
+        config: thresholds.
+    """
+
+    def __init__(self, config: RolloutHealthConfig | None = None):
+        self.config = config if config is not None else RolloutHealthConfig()
+        self.consecutive_warnings = 0
+
+    def check(self, metrics: Mapping[str, float], step: int | None = None) -> HealthDecision:
+        """The verdict of one step from its metrics (:data:`KL_METRIC`, :data:`PROBS_DIFF_METRIC`; others ignored).
+
+        A value above a stop threshold, or a non-finite value, stops; a value above a warn threshold warns, and the
+        ``max_consecutive_warnings``-th warning step in a row stops; a step with no value above any warn threshold
+        resets the count. A metric missing from ``metrics`` is not checked; with neither, the step is skipped (the
+        count is kept).
+        """
+        config = self.config
+        kl, probs_diff = _as_float(metrics.get(KL_METRIC)), _as_float(metrics.get(PROBS_DIFF_METRIC))
+        if not config.enabled:
+            return HealthDecision(HealthStatus.SKIPPED, step, kl, probs_diff, self.consecutive_warnings, "disabled")
+        if kl is None and probs_diff is None:
+            return HealthDecision(
+                HealthStatus.SKIPPED,
+                step,
+                consecutive_warnings=self.consecutive_warnings,
+                message=f"no {KL_METRIC} or {PROBS_DIFF_METRIC} (no rollout log-probs)",
+            )
+        readings = [
+            (KL_METRIC, kl, "warn_kl", "stop_kl"),
+            (PROBS_DIFF_METRIC, probs_diff, "warn_probs_diff", "stop_probs_diff"),
+        ]
+        shown, stops, warned = [], [], False
+        for name, value, warn_key, stop_key in readings:
+            if value is None:
+                continue
+            warn, stop = getattr(config, warn_key), getattr(config, stop_key)
+            limits = [f"{key}={limit:g}" for key, limit in ((warn_key, warn), (stop_key, stop)) if limit is not None]
+            shown.append(f"{name}={value:.4g} ({', '.join(limits) or 'no thresholds'})")
+            if not math.isfinite(value):
+                stops.append(f"{name} is not finite")
+            elif stop is not None and abs(value) > stop:
+                stops.append(f"{name} above {stop_key}")
+            warned = warned or not math.isfinite(value) or (warn is not None and abs(value) > warn)
+        if not stops and not warned:
+            self.consecutive_warnings = 0
+            return HealthDecision(HealthStatus.OK, step, kl, probs_diff, 0)
+
+        self.consecutive_warnings += 1
+        count, limit = self.consecutive_warnings, config.max_consecutive_warnings or 0
+        if limit and count >= limit:
+            stops.append(f"{count} warning steps in a row (max_consecutive_warnings={limit})")
+        streak = f"warning step {count} in a row" + (f", the run stops at {limit}" if limit else "")
+        where = f"step {step}" if step is not None else "this step"
+        level = "STOP" if stops else "WARNING"
+        message = (
+            f"[treetune] rollout health {level} at {where}: the rollout's and the trainer's log-probs of the same "
+            f"tokens disagree: {'; '.join(shown)}; {streak}."
+        )
+        if stops:
+            message += f" Stopping on: {'; '.join(stops)}."
+        message += f" Likely causes: {'; '.join(LIKELY_CAUSES)}."
+        if not stops:
+            return HealthDecision(HealthStatus.WARN, step, kl, probs_diff, count, message)
+        message += (
+            " The run stops before any update of this step. If the mismatch is expected, raise the thresholds "
+            f"({CONFIG_KEY}.stop_kl, .stop_probs_diff, .max_consecutive_warnings; null, or 0 for the count, turns "
+            f"one off) or disable the guard with {CONFIG_KEY}.enabled=false."
+        )
+        return HealthDecision(HealthStatus.STOP, step, kl, probs_diff, count, message)
+
+
+def _as_float(value: Any) -> float | None:
+    if value is None:
+        return None
+    return float(value)
+
+
+def enforce(decision: HealthDecision) -> HealthDecision:
+    """Act on a decision: print and log a warning, or print, log and raise :class:`RolloutMismatchError` on stop.
+
+    Returns:
+        ``decision`` (ok, warn and skipped steps).
+    """
+    if decision.status is HealthStatus.WARN:
+        print(decision.message, flush=True)
+        logger.warning(decision.message)
+    elif decision.status is HealthStatus.STOP:
+        print(decision.message, flush=True)
+        logger.error(decision.message)
+        raise RolloutMismatchError(decision.message)
+    return decision
+
+
+# ---------------------------------------------------------------------------------------------------------- metrics
+
+
+def mismatch_metrics(batch) -> dict[str, float] | None:
+    """:data:`KL_METRIC` and :data:`PROBS_DIFF_METRIC` of a batch, computed by verl's own functions.
+
+    Args:
+        batch: a ``DataProto`` with ``rollout_log_probs`` ``[B, T]``, ``old_log_probs`` ``[B, T]``,
+            ``response_mask`` ``[B, T]`` and ``responses`` ``[B, T]``.
+
+    Returns:
+        ``{KL_METRIC: ..., PROBS_DIFF_METRIC: ...}`` equal to what ``fit`` logs for that batch, or None when the batch
+        has no ``rollout_log_probs`` or no valid response token.
+    """
+    tensors = batch.batch
+    if "rollout_log_probs" not in tensors.keys() or not bool(tensors["response_mask"].any()):
+        return None
+    # SYNC WARNING: verl/trainer/ppo/rollout_corr_helper.py:compute_rollout_corr_metrics_from_logprobs (l.1000-1036,
+    # compute_offpolicy_metrics with the rollout_corr/ prefix; fit logs the same values through
+    # compute_rollout_correction_and_add_to_batch, verl/trainer/ppo/ray_trainer.py l.1466-1479, with the response_mask
+    # before rejection sampling)
+    # SYNC WARNING: verl/utils/debug/metrics.py:calculate_debug_metrics (l.63-105, what fit logs as
+    # training/rollout_probs_diff_* at verl/trainer/ppo/ray_trainer.py l.1428-1433, on the batch with old_log_probs)
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_corr_metrics_from_logprobs
+    from verl.utils.debug.metrics import calculate_debug_metrics
+
+    corr = compute_rollout_corr_metrics_from_logprobs(
+        log_prob=tensors["old_log_probs"],
+        rollout_log_prob=tensors["rollout_log_probs"],
+        response_mask=tensors["response_mask"],
+    )
+    debug = calculate_debug_metrics(batch)
+    return {KL_METRIC: float(corr[KL_METRIC]), PROBS_DIFF_METRIC: float(debug[PROBS_DIFF_METRIC])}
+
+
+# ------------------------------------------------------------------------------------------------------------ mixin
+
+
+class RolloutHealthMixin:
+    """Mix into a ``RayPPOTrainer`` subclass (before it): every step's rollout-vs-trainer mismatch is checked.
+
+    The check runs right after the step's old-log-prob pass (see the module docstring for why there) and stops the
+    run with :class:`RolloutMismatchError` before any update of that step; ``_update_actor`` adds the step's
+    ``treetune/rollout_health/*`` metrics. Reads ``treetune.rollout_health`` with ``config.get``: a config without
+    the block gets :class:`RolloutHealthConfig`'s defaults.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rollout_health = RolloutHealthMonitor(RolloutHealthConfig.from_run_config(self.config))
+        self._rollout_health_decision: HealthDecision | None = None
+        self._rollout_health_notices: set[str] = set()
+        if not self.rollout_health.config.enabled:
+            self._rollout_health_notice(f"the rollout-health guard is off ({CONFIG_KEY}.enabled=false).")
+
+    def _compute_old_log_prob(self, batch):
+        # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._compute_old_log_prob (l.1132-1161, returns
+        # (DataProto with old_log_probs [B, T], mfu)); fit calls it once per step (l.1404), after the rollout and
+        # before the ref pass, critic update, advantages and _update_actor; not at all in bypass mode (l.1393).
+        output = super()._compute_old_log_prob(batch)
+        step = getattr(self, "global_steps", None)
+        previous = self._rollout_health_decision
+        if previous is None or previous.step != step:
+            self._rollout_health_decision = self._check_rollout_health(batch, output[0], step)
+        return output
+
+    def _check_rollout_health(self, batch, old_log_prob, step) -> HealthDecision:
+        """Decide on one step (and act: warn, or raise :class:`RolloutMismatchError`)."""
+        if not self.rollout_health.config.enabled:
+            return self.rollout_health.check({}, step)
+        from verl import DataProto
+
+        tensors = batch.batch
+        if "rollout_log_probs" not in tensors.keys():
+            self._rollout_health_notice(
+                "the rollout-health guard checks nothing: the batch has no rollout_log_probs; set "
+                "actor_rollout_ref.rollout.calculate_log_probs=true to have it."
+            )
+            return self.rollout_health.check({}, step)
+        view = DataProto.from_dict(
+            tensors={
+                "rollout_log_probs": tensors["rollout_log_probs"],
+                "old_log_probs": old_log_prob.batch["old_log_probs"].to(tensors["rollout_log_probs"].device),
+                "response_mask": tensors["response_mask"],
+                "responses": tensors["responses"],
+            }
+        )
+        return enforce(self.rollout_health.check(mismatch_metrics(view) or {}, step))
+
+    def _update_actor(self, batch):
+        # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._update_actor (l.1163-1198) returns the step's
+        # actor metrics in meta_info["metrics"]; fit reduces and logs them (l.1535-1536).
+        actor_output = super()._update_actor(batch)
+        step = getattr(self, "global_steps", None)
+        decision = self._rollout_health_decision
+        if decision is None or decision.step != step:
+            self._rollout_health_notice(
+                "the rollout-health guard checks nothing: no old-log-prob pass ran before the actor update (e.g. "
+                "algorithm.rollout_correction.bypass_mode=true, which uses the rollout's log-probs as old_log_probs)."
+            )
+            decision = HealthDecision(
+                HealthStatus.SKIPPED, step, consecutive_warnings=self.rollout_health.consecutive_warnings
+            )
+        actor_output.meta_info.setdefault("metrics", {}).update(decision.metrics())
+        return actor_output
+
+    def _rollout_health_notice(self, text: str) -> None:
+        """Print ``text`` once per run."""
+        if text not in self._rollout_health_notices:
+            self._rollout_health_notices.add(text)
+            print(f"[treetune] {text}", flush=True)
