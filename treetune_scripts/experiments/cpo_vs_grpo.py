@@ -23,8 +23,8 @@ Outputs (``--output-dir``, default ``outputs/experiments/cpo_vs_grpo/``): ``resu
 
 Usage::
 
-    python -m treetune_scripts.experiments.cpo_vs_grpo [--methods grpo,cpo:seq_kl] [--seeds 3] [--quick]
-        [--resume | --overwrite] [key=value ...]
+    python -m treetune_scripts.experiments.cpo_vs_grpo [--methods grpo,cpo:seq_kl,cpo:seq_kl@neg_alpha=0.5]
+        [--seeds 3] [--quick] [--resume | --overwrite] [key=value ...]
 """
 
 from __future__ import annotations
@@ -85,18 +85,47 @@ class ExperimentError(RuntimeError):
     """A bad command line or output folder, reported before anything expensive starts."""
 
 
-def parse_methods(text: str) -> list[str]:
-    """``grpo`` and ``cpo:<wrapper>`` names, comma-separated; ``cpo`` alone means ``cpo:seq_kl``."""
+#: The default experiment: GRPO, CPO seq_kl with the recipe's defaults (α⁺ = 0, α⁻ = 1) and with the reference's Qwen3
+#: scripts' α⁻ = 0.5; ``--quick`` runs the first two.
+DEFAULT_METHODS = "grpo,cpo:seq_kl,cpo:seq_kl@neg_alpha=0.5"
+QUICK_METHODS = "grpo,cpo:seq_kl"
+#: ``cpo.*`` keys a method may set after ``@`` (numbers; the other keys stay the recipe's defaults for every method).
+METHOD_KEYS = ("pos_alpha", "neg_alpha", "cpo_lambda")
+
+
+def _parse_method(name: str) -> str:
+    """Check one method name and return it normalised (``cpo`` alone means ``cpo:seq_kl``)."""
     from treetune_recipe.cpo.cpo_core_algos import CPO_WRAPPERS
 
-    methods = []
-    for name in (part.strip() for part in text.split(",") if part.strip()):
-        name = "cpo:seq_kl" if name == "cpo" else name
-        if name != "grpo" and not (name.startswith("cpo:") and name[4:] in CPO_WRAPPERS):
+    name = "cpo:seq_kl" if name == "cpo" else name
+    if name == "grpo":
+        return name
+    wrapper, *settings = name.removeprefix("cpo:").split("@")
+    if not name.startswith("cpo:") or wrapper not in CPO_WRAPPERS:
+        raise ExperimentError(
+            f"--methods: unknown method {name!r}. Use grpo or cpo:<wrapper>[@<key>=<number>...] with a wrapper among "
+            f"{', '.join(CPO_WRAPPERS)} (e.g. --methods grpo,cpo:seq_kl,cpo:seq_kl@neg_alpha=0.5)."
+        )
+    for setting in settings:
+        key, _, value = setting.partition("=")
+        try:
+            float(value)
+        except ValueError:
+            value = None
+        if key not in METHOD_KEYS or value is None:
             raise ExperimentError(
-                f"--methods: unknown method {name!r}. Use grpo or cpo:<wrapper> with a wrapper among "
-                f"{', '.join(CPO_WRAPPERS)} (e.g. --methods grpo,cpo:seq_kl,cpo:mi3)."
+                f"--methods: {name!r}: {setting!r} must be <key>=<number> with a key among {', '.join(METHOD_KEYS)}."
             )
+    return name
+
+
+def parse_methods(text: str) -> list[str]:
+    """``grpo`` and ``cpo:<wrapper>[@<key>=<number>...]`` names, comma-separated; ``cpo`` alone means ``cpo:seq_kl``.
+
+    ``@`` settings are ``cpo.*`` keys of :data:`METHOD_KEYS`, e.g. ``cpo:seq_kl@neg_alpha=0.5``.
+    """
+    methods = []
+    for name in (_parse_method(part.strip()) for part in text.split(",") if part.strip()):
         if name in methods:
             raise ExperimentError(f"--methods: {name!r} is listed twice.")
         methods.append(name)
@@ -109,11 +138,13 @@ def method_overrides(method: str) -> list[str]:
     """The only overrides that differ between methods."""
     if method == "grpo":
         return ["algorithm.adv_estimator=grpo"]
-    return ["algorithm.adv_estimator=cpo", f"cpo.wrap_method={method.split(':', 1)[1]}"]
+    wrapper, *settings = method.removeprefix("cpo:").split("@")
+    return ["algorithm.adv_estimator=cpo", f"cpo.wrap_method={wrapper}", *(f"cpo.{s}" for s in settings)]
 
 
 def run_name(method: str, seed: int) -> str:
-    return f"{method.replace(':', '_')}__seed{seed}"
+    """Folder name of one run, e.g. ``cpo_seq_kl_neg_alpha0.5__seed0`` for ``cpo:seq_kl@neg_alpha=0.5``."""
+    return f"{method.replace(':', '_').replace('@', '_').replace('=', '')}__seed{seed}"
 
 
 def run_overrides(run_dir: Path, method: str, seed: int, schedule: Schedule, dump_credit: bool) -> list[str]:
@@ -176,7 +207,12 @@ def prepare_output_dir(output_dir: Path, plan: dict, *, resume: bool, overwrite:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--methods", default="grpo,cpo:seq_kl", help="grpo and cpo:<wrapper>, comma-separated")
+    parser.add_argument(
+        "--methods",
+        default=None,
+        help="grpo and cpo:<wrapper>[@key=number...], comma-separated (keys: pos_alpha, neg_alpha, cpo_lambda); "
+        f"default {DEFAULT_METHODS} (--quick: {QUICK_METHODS})",
+    )
     parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 3; --quick: 2)")
     parser.add_argument("--steps", type=int, default=None, help="training steps per run (default 40; --quick: 3)")
     parser.add_argument("--quick", action="store_true", help="pipeline check: small warm start, 3 steps, 2 seeds")
@@ -193,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
     try:
-        methods = parse_methods(args.methods)
+        methods = parse_methods(args.methods or (QUICK_METHODS if args.quick else DEFAULT_METHODS))
         seeds = args.seeds if args.seeds is not None else (2 if args.quick else 3)
         if seeds < 1:
             raise ExperimentError(f"--seeds must be >= 1, got {seeds}.")

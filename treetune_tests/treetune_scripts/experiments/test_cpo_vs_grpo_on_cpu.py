@@ -50,6 +50,17 @@ def test_methods_are_grpo_or_cpo_with_a_known_wrapper():
         cpo_vs_grpo.parse_methods("grpo,grpo")
 
 
+def test_a_cpo_method_can_set_its_alphas_and_names_its_run_folder_after_them(tmp_path):
+    assert cpo_vs_grpo.parse_methods("cpo:seq_kl@neg_alpha=0.5") == ["cpo:seq_kl@neg_alpha=0.5"]
+    overrides = cpo_vs_grpo.method_overrides("cpo:mi3@pos_alpha=0.3@neg_alpha=0.5")
+    assert overrides == ["algorithm.adv_estimator=cpo", "cpo.wrap_method=mi3", "cpo.pos_alpha=0.3", "cpo.neg_alpha=0.5"]
+    assert cpo_vs_grpo.run_name("cpo:seq_kl@neg_alpha=0.5", 2) == "cpo_seq_kl_neg_alpha0.5__seed2"
+    for bad in ("cpo:seq_kl@loss_position=first", "cpo:seq_kl@neg_alpha=half", "cpo:seq_kl@neg_alpha"):
+        with pytest.raises(cpo_vs_grpo.ExperimentError, match="must be <key>=<number>"):
+            cpo_vs_grpo.parse_methods(bad)
+    assert cpo_vs_grpo.parse_methods(cpo_vs_grpo.DEFAULT_METHODS)[2] == "cpo:seq_kl@neg_alpha=0.5"
+
+
 def test_only_the_cpo_keys_differ_between_methods(tmp_path):
     schedule = cpo_vs_grpo.QUICK_SCHEDULE
     grpo = cpo_vs_grpo.run_overrides(tmp_path / "run", "grpo", 1, schedule, dump_credit=False)
