@@ -77,7 +77,7 @@ TASK_RL_OVERRIDES = [
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32",
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32",
-    "actor_rollout_ref.actor.optim.lr=5e-5",
+    "actor_rollout_ref.actor.optim.lr=2e-4",
     "actor_rollout_ref.rollout.val_kwargs.do_sample=false",
     "actor_rollout_ref.rollout.val_kwargs.n=1",
     "trainer.val_before_train=true",
@@ -330,6 +330,22 @@ def _write_warm_start(config: WarmStartConfig, assets_dir: Path, out_dir: Path) 
         **measure_accuracy(out_dir / "model", out_dir / "data" / "val.parquet", config.eval_max_new_tokens),
     }
     (out_dir / "build_info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+
+
+def write_first_prompts(warm_start_dir: Path, path: Path, count: int) -> Path:
+    """The first ``count`` rows of the warm start's training set (same schema) as one parquet file at ``path``.
+
+    A small fixed prompt set, used as both training and validation set, shows RL fitting prompts it sees many times
+    within minutes on a CPU (the GRPO-learns test, the demo); it says nothing about held-out prompts.
+    """
+    import pandas as pd
+
+    rows = pd.read_parquet(Path(warm_start_dir) / "data" / "train.parquet").head(count)
+    if len(rows) < count:
+        raise ValueError(f"the warm start has {len(rows)} training prompts, fewer than the {count} asked for.")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows.to_parquet(path, index=False)
+    return path
 
 
 def read_build_info(warm_start_dir: Path) -> dict:

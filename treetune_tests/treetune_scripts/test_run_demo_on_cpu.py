@@ -92,3 +92,28 @@ def test_row3_a_resumed_demo_keeps_the_earlier_metrics_and_plots_the_whole_histo
 def test_validation_accuracy_is_part_of_the_step_line():
     line = "step:0 - val-core/tiny_arith/acc/mean@1:np.float64(0.265625) - val-aux/x:1"
     assert run_demo.condense(line) == "step 0: val_acc=0.2656"
+
+
+@pytest.mark.parametrize("prompts", [16, 0])
+def test_the_demo_fits_a_fixed_prompt_set_unless_asked_for_the_whole_task(tmp_path, monkeypatch, prompts):
+    import pandas as pd
+
+    seen = {}
+
+    def no_training(overrides, log_path, **kwargs):
+        seen["overrides"] = overrides
+        return TrainingRun(returncode=1, wall_s=0.0, peak_rss_bytes=0, timed_out=False, log_path=log_path)
+
+    (tmp_path / "train.log").write_text("")
+    monkeypatch.setattr(run_demo, "launch_training", no_training)
+    monkeypatch.setattr(run_demo, "demo_start", build_tiny_assets)
+    run_demo.main(["--output-dir", str(tmp_path), "--prompts", str(prompts)])
+    files = {key: value for key, _, value in (o.partition("=") for o in seen["overrides"]) if key.startswith("data.")}
+    if prompts:
+        # the last value of each key wins in Hydra: the fixed set is both the training and the validation data
+        assert files["data.train_files"] == files["data.val_files"] == str(tmp_path / "prompts.parquet")
+        expected = pd.read_parquet(build_tiny_assets() / "data" / "train.parquet").head(prompts)
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "prompts.parquet"), expected)
+    else:
+        assert files["data.train_files"] == str(build_tiny_assets() / "data" / "train.parquet")
+        assert not (tmp_path / "prompts.parquet").exists()

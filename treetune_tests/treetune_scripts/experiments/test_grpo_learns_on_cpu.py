@@ -39,11 +39,16 @@ the trainer's, ``|rollout_corr/kl| < 0.01`` at every step (about 3 before the at
 import statistics
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
-from treetune_scripts.experiments.warm_start import HINT_OVERRIDES, TASK_RL_OVERRIDES, VAL_ACC_KEY, build_warm_start
+from treetune_scripts.experiments.warm_start import (
+    HINT_OVERRIDES,
+    TASK_RL_OVERRIDES,
+    VAL_ACC_KEY,
+    build_warm_start,
+    write_first_prompts,
+)
 from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, read_metrics
 
 NUM_PROMPTS = 16
@@ -59,12 +64,6 @@ VAL_ACC_GAIN_MIN = 3 / NUM_PROMPTS
 ROLLOUT_KL_MAX = 0.01
 REWARD_KEY = "critic/score/mean"
 ROLLOUT_KL_KEY = "rollout_corr/kl"
-
-
-def write_fixed_prompts(warm_dir: Path, path: Path, num_prompts: int = NUM_PROMPTS) -> Path:
-    """The first ``num_prompts`` rows of the warm start's training set, same schema, as one parquet file."""
-    pd.read_parquet(warm_dir / "data" / "train.parquet").head(num_prompts).to_parquet(path, index=False)
-    return path
 
 
 def grpo_overrides(prompts: Path, *, seed: int, steps: int, lr: float) -> list[str]:
@@ -86,7 +85,7 @@ def grpo_overrides(prompts: Path, *, seed: int, steps: int, lr: float) -> list[s
 def run_grpo(warm_dir: Path, run_dir: Path, *, seed: int = SEED, steps: int = STEPS, lr: float = LR, extra=()):
     """One GRPO run on the fixed prompts; returns (run, metrics by step). Asserts a clean exit."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    prompts = write_fixed_prompts(warm_dir, run_dir / "prompts.parquet")
+    prompts = write_first_prompts(warm_dir, run_dir / "prompts.parquet", NUM_PROMPTS)
     run = launch_cpo_on_cpu(
         [*grpo_overrides(prompts, seed=seed, steps=steps, lr=lr), *extra],
         run_dir / "train.log",
