@@ -95,12 +95,14 @@ def compose_config(model_path: Path, *overrides: str):
 
 @contextlib.contextmanager
 def single_process_group():
-    """torch.distributed with one rank in this process (env as a Ray worker of verl would see it)."""
+    """torch.distributed with one rank in this process (the environment a verl Ray worker, or a process of
+    ``torch.distributed.run --nproc_per_node=1``, sees); the variables verl's set-up writes are restored after."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-    saved = {key: os.environ.get(key) for key in env}
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
+    env["MASTER_PORT"] = str(port)
+    saved = {key: os.environ.get(key) for key in (*env, "TOKENIZERS_PARALLELISM", "NCCL_DEBUG")}
     os.environ.update(env)
     try:
         yield
@@ -114,23 +116,29 @@ def single_process_group():
                 os.environ[key] = value
 
 
+def _training_worker_config(model_config, role_config):
+    """The ``TrainingWorkerConfig`` ``init_model`` builds for a role (actor or ref) from its ``ActorConfig``."""
+    from verl.workers.config import TrainingWorkerConfig
+
+    role_config.model_config = model_config
+    return TrainingWorkerConfig(
+        model_type="language_model",
+        model_config=model_config,
+        engine_config=role_config.engine,
+        optimizer_config=role_config.optim,
+        checkpoint_config=role_config.checkpoint,
+    )
+
+
 def actor_worker(config, cpo: CPOConfig):
     """verl's actor ``TrainingWorker`` with ``cpo_ppo_loss`` installed; returns ``(worker, actor_config)``."""
-    from verl.workers.config import TrainingWorkerConfig
     from verl.workers.engine_workers import TrainingWorker
 
     # SYNC WARNING: verl/workers/engine_workers.py:ActorRolloutRefWorker.init_model (actor part) builds the same
     # TrainingWorkerConfig and engine settings from the actor, rollout and model sections.
     model_config = omega_conf_to_dataclass(config.actor_rollout_ref.model)
     actor_config = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
-    actor_config.model_config = model_config
-    training_config = TrainingWorkerConfig(
-        model_type="language_model",
-        model_config=model_config,
-        engine_config=actor_config.engine,
-        optimizer_config=actor_config.optim,
-        checkpoint_config=actor_config.checkpoint,
-    )
+    training_config = _training_worker_config(model_config, actor_config)
     engine = training_config.engine_config
     engine.use_dynamic_bsz = config.actor_rollout_ref.actor.use_dynamic_bsz
     engine.infer_max_token_len_per_gpu = config.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu
@@ -147,7 +155,6 @@ def actor_worker(config, cpo: CPOConfig):
 def ref_worker(config):
     """verl's reference-policy ``TrainingWorker`` (forward only), configured as ``init_model`` configures it."""
     from omegaconf import open_dict
-    from verl.workers.config import TrainingWorkerConfig
     from verl.workers.engine_workers import TrainingWorker
 
     # SYNC WARNING: verl/workers/engine_workers.py:ActorRolloutRefWorker.init_model (l.465-500, reference part):
@@ -159,16 +166,8 @@ def ref_worker(config):
         ref.ppo_micro_batch_size_per_gpu = ref.pop("log_prob_micro_batch_size_per_gpu", None)
         ref.use_dynamic_bsz = ref.pop("log_prob_use_dynamic_bsz", False)
         ref.ppo_max_token_len_per_gpu = ref.pop("log_prob_max_token_len_per_gpu", None)
-    ref_config = omega_conf_to_dataclass(ref)
     model_config = omega_conf_to_dataclass(config.actor_rollout_ref.model)
-    ref_config.model_config = model_config
-    training_config = TrainingWorkerConfig(
-        model_type="language_model",
-        model_config=model_config,
-        engine_config=ref_config.engine,
-        optimizer_config=ref_config.optim,
-        checkpoint_config=ref_config.checkpoint,
-    )
+    training_config = _training_worker_config(model_config, omega_conf_to_dataclass(ref))
     engine = training_config.engine_config
     engine.forward_only = True
     engine.use_dynamic_bsz = ref.use_dynamic_bsz

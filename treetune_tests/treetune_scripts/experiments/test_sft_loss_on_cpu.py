@@ -37,9 +37,7 @@ norm (fp32 gradients and reduction) within :data:`GRAD_NORM_RTOL`.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import socket
+import importlib.util
 from pathlib import Path
 
 import pandas as pd
@@ -59,37 +57,18 @@ LOSS_RTOL, GRAD_NORM_RTOL = 5e-3, 1e-2
 CONTROL_FACTOR = 10
 
 
+def _engine_harness():
+    """The recipe tests' engine harness (loaded by path: test folders are not packages)."""
+    path = Path(__file__).parents[2] / "treetune_recipe" / "cpo" / "engine_harness.py"
+    spec = importlib.util.spec_from_file_location("cpo_engine_harness_sft", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # verl's SFT trainer in this process, one batch through its validation pass and one training step
 # ----------------------------------------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _single_rank_env():
-    """The environment ``torch.distributed.run --nproc_per_node=1`` gives its process; torn down after."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {
-        "RANK": "0",
-        "WORLD_SIZE": "1",
-        "LOCAL_RANK": "0",
-        "LOCAL_WORLD_SIZE": "1",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
-    }
-    saved = {key: os.environ.get(key) for key in (*env, "TOKENIZERS_PARALLELISM", "NCCL_DEBUG")}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _sft_overrides(model_dir: Path, data: Path, work_dir: Path) -> list[str]:
@@ -124,7 +103,7 @@ def sft_run(tmp_path_factory):
     data_path = work_dir / "sft.parquet"
     pd.DataFrame(sft_rows(rows)).to_parquet(data_path, index=False)
 
-    with _single_rank_env():
+    with _engine_harness().single_process_group():
         import verl.trainer.sft_trainer as sft_trainer
         from verl.utils.device import auto_set_device
         from verl.utils.distributed import initialize_global_process_group
