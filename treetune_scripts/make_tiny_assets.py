@@ -162,7 +162,6 @@ TASKS = ("one_step", "chain")
 CONTEXT_SENSITIVE = TinyAssetsConfig(initializer_range=0.5)
 
 
-
 def _sample_chain_problem(rng: random.Random, max_answer: int, min_ops: int, max_ops: int) -> dict:
     """A problem of ``min_ops``..``max_ops`` chained operations; every intermediate amount lies in [0, max_answer]."""
     name, pronoun = rng.choice(_NAMES)
