@@ -11,9 +11,10 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""GPU tier: the CPO loss and the hinted log-prob pass through verl's FSDP engine on CUDA (bf16 parameters and
-autocast, nccl) against fp32 transformers on CPU. No Ray: one engine worker in the test process
-(``engine_harness.py``, shared with the CPU twin ``test_cpo_engine_on_cpu.py``).
+"""GPU tier: the old-log-prob, ref and hinted passes and the CPO update through verl's FSDP engine on CUDA (bf16
+parameters and autocast, nccl) against fp32 transformers on CPU, on the context-sensitive tiny model, each with its
+corrupted-forward controls. No Ray: engine workers in the test process (``engine_harness.py``, shared with the CPU
+twin ``test_cpo_engine_on_cpu.py``).
 
 Without flash-attn installed (it comes with ``make install-gpu``), verl's unpad helpers are swapped for verl's own
 pure-torch equivalents, as the CPU tests do; the engine itself runs with ``use_remove_padding=false`` and sdpa.
@@ -25,7 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from treetune_scripts.make_tiny_assets import build_tiny_assets
+from treetune_scripts.make_tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 
 pytestmark = pytest.mark.gpu
 
@@ -38,18 +39,29 @@ def _load_engine_harness():
     return module
 
 
-@pytest.fixture(scope="module")
-def engine():
+@pytest.fixture(scope="module", params=["fixed_micro_batches", "dynamic_batch_size"])
+def engine(request):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     import treetune_verl.verl_runtime  # noqa: F401  (pure-torch pad/unpad where flash-attn is missing, as in a run)
 
     harness = _load_engine_harness()
-    with harness.engine_fixture(build_tiny_assets()) as engine:
+    assets = build_tiny_assets(config=CONTEXT_SENSITIVE)
+    with harness.engine_fixture(assets, *harness.BATCHING[request.param]) as engine:
         from verl.utils.device import get_device_name
 
         assert get_device_name() == "cuda"  # the engine, its process group and its tensors are on CUDA
         yield harness, engine
+
+
+def test_old_log_prob_pass_on_cuda_matches_fp32_cpu(engine):
+    harness, state = engine
+    harness.check_log_probs(state, "actor")
+
+
+def test_ref_pass_on_cuda_matches_fp32_cpu(engine):
+    harness, state = engine
+    harness.check_log_probs(state, "ref")
 
 
 def test_cpo_update_through_the_cuda_engine_matches_fp32_cpu(engine):
