@@ -14,15 +14,13 @@
 """End to end on CPU: the run-health guard (``treetune.rollout_health``) on GRPO runs of the recipe's entry point.
 
 The context-sensitive tiny model (``CONTEXT_SENSITIVE``: its log-probs depend on the context by nats; on the default
-tiny model, close to uniform, a masked context changes almost nothing) is trained with GRPO twice:
+tiny model, close to uniform, a masked context changes almost nothing) is trained with GRPO with the upstream
+attention-mask bug re-introduced (``TREETUNE_SKIP_PATCHES=no_padding_attention_mask``: the trainer scores every token
+after position R of an R-token response with most of its context masked out): the guard must stop the run at step 1,
+before any update, with its message in the log and a non-zero exit. The run prints the measured mismatch.
 
-- with the upstream attention-mask bug re-introduced (``TREETUNE_SKIP_PATCHES=no_padding_attention_mask``: the
-  trainer scores every token after position R of an R-token response with most of its context masked out): the
-  guard must stop the run at step 1, before any update, with its message in the log and a non-zero exit;
-- healthy (the patch applied): the run must finish, with ``rollout_corr/kl`` below the warn threshold at every step
-  and no guard warning.
-
-Both runs print the measured mismatch, to quote.
+The healthy side is asserted on runs other tests make anyway: the CPO run of ``test_cpo_cpu_e2e_on_cpu.py`` (guard
+metrics, no guard line in the log) and the 40-step GRPO run of ``test_grpo_learns_on_cpu.py`` (``rollout_corr/kl``).
 """
 
 import re
@@ -36,13 +34,7 @@ from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
 from treetune_scripts.make_tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, read_metrics, tiny_run_overrides
 from treetune_verl.patches import SKIP_PATCHES_ENV
-from treetune_verl.rollout_health import (
-    CHECKED_METRIC,
-    KL_METRIC,
-    PROBS_DIFF_METRIC,
-    WARNING_METRIC,
-    RolloutHealthConfig,
-)
+from treetune_verl.rollout_health import KL_METRIC, PROBS_DIFF_METRIC, RolloutHealthConfig
 
 RUN_TIMEOUT_S = 480
 STEPS = 3
@@ -101,22 +93,6 @@ def test_broken_log_probs_stop_the_run_at_step_one_before_any_update(assets_dir,
     metrics_file = tmp_path / METRICS_FILE
     assert not metrics_file.exists() or read_metrics(metrics_file) == {}
     assert not list((tmp_path / "checkpoints").glob("global_step_*"))
-
-
-@pytest.mark.e2e
-@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
-def test_healthy_run_stays_below_the_warn_thresholds(assets_dir, tmp_path):
-    run, log = run_grpo(assets_dir, tmp_path)
-    assert run.returncode == 0, "\n".join(log.splitlines()[-60:])
-    assert "rollout health" not in log  # neither a warning nor a stop
-    metrics = read_metrics(tmp_path / METRICS_FILE)
-    assert sorted(metrics) == list(range(1, STEPS + 1))
-    defaults = RolloutHealthConfig()
-    for step, values in metrics.items():
-        kl, probs_diff = values[KL_METRIC], values[PROBS_DIFF_METRIC]
-        print(f"\n[healthy run] step {step}: {KL_METRIC}={kl:.6f} {PROBS_DIFF_METRIC}={probs_diff:.6f}")
-        assert abs(kl) < defaults.warn_kl and probs_diff < defaults.warn_probs_diff, step
-        assert values[CHECKED_METRIC] == 1.0 and values[WARNING_METRIC] == 0.0, step
 
 
 @pytest.mark.e2e
