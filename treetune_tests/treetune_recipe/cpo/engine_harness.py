@@ -242,7 +242,7 @@ def rollout_batch(model_path: Path, tokenizer, seed: int = 0) -> DataProto:
     )
 
 
-def _row_scores(model, prompt: torch.Tensor, response: torch.Tensor, corruption: str | None):
+def score_row(model, prompt: torch.Tensor, response: torch.Tensor, corruption: str | None):
     """``(log_probs [R], entropy [R])`` of one row's response tokens, unpadded, optionally as a broken forward."""
     p, r = len(prompt), len(response)
     if corruption == "drop_prompt_token":
@@ -280,7 +280,7 @@ def reference_outputs(model_path: Path, batch: DataProto, with_grad: bool = Fals
             rows.append(
                 [
                     torch.nn.functional.pad(v, (0, width - len(v)))
-                    for v in _row_scores(model, prompt, response, corruption)
+                    for v in score_row(model, prompt, response, corruption)
                 ]
             )
         log_probs = torch.stack([log_prob for log_prob, _ in rows])

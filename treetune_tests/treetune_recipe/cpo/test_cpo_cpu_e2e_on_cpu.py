@@ -63,6 +63,10 @@ def _load_engine_harness():
     return module
 
 
+#: fp32 references and tolerances of the numerics tests (``engine_harness.py``).
+HARNESS = _load_engine_harness()
+
+
 @pytest.fixture(scope="module")
 def assets_dir():
     """The near-uniform tiny model: for plumbing and start-up checks, where context cannot matter."""
@@ -74,19 +78,16 @@ def context_sensitive_assets_dir():
     return build_tiny_assets(config=CONTEXT_SENSITIVE)
 
 
-def rescored_dump(model_path: Path, dump: dict, corruption: str | None = None):
+def rescored_dump(model, dump: dict, corruption: str | None = None):
     """fp32 transformers' ``(old, hinted)`` log-probs of every dumped row: lists of ``[R]`` tensors."""
     import torch
-    from transformers import AutoModelForCausalLM
 
-    harness = _load_engine_harness()
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, attn_implementation="sdpa").eval()
     old, hinted = [], []
     with torch.no_grad():
         for row in dump["rows"]:
             response = torch.tensor(row["token_ids"])
-            old.append(harness._row_scores(model, torch.tensor(row["prompt_ids"]), response, corruption)[0])
-            hinted.append(harness._row_scores(model, torch.tensor(row["hint_prompt_ids"]), response, corruption)[0])
+            old.append(HARNESS.score_row(model, torch.tensor(row["prompt_ids"]), response, corruption)[0])
+            hinted.append(HARNESS.score_row(model, torch.tensor(row["hint_prompt_ids"]), response, corruption)[0])
     return old, hinted
 
 
@@ -160,10 +161,13 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(context_sensitive_a
     print(f"\nrollout_corr/kl per step: {[metrics[step]['rollout_corr/kl'] for step in sorted(metrics)]}")
 
     # The dump of step 1 (weights still the initial ones) against fp32 transformers on the same token ids.
-    harness = _load_engine_harness()
+    from transformers import AutoModelForCausalLM
+
     dump = json.loads((tmp_path / "credit" / "step_1.json").read_text())
     assert len(dump["rows"]) > 4
-    old, hinted = rescored_dump(assets_dir / "model", dump)
+    model_path = assets_dir / "model"
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, attn_implementation="sdpa").eval()
+    old, hinted = rescored_dump(model, dump)
 
     def as_matrix(rows):
         return torch.nn.utils.rnn.pad_sequence([torch.as_tensor(row, dtype=torch.float32) for row in rows], True)
@@ -171,17 +175,17 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(context_sensitive_a
     dumped_old = as_matrix([row["old_log_probs"] for row in dump["rows"]])
     dumped_hinted = as_matrix([row["gw_log_probs"] for row in dump["rows"]])
     mask = as_matrix([[1.0] * len(row["token_ids"]) for row in dump["rows"]])
-    harness.assert_scores_match(dumped_old, as_matrix(old), "dumped old log-probs", mask)
-    harness.assert_scores_match(dumped_hinted, as_matrix(hinted), "dumped hinted log-probs", mask)
+    HARNESS.assert_scores_match(dumped_old, as_matrix(old), "dumped old log-probs", mask)
+    HARNESS.assert_scores_match(dumped_hinted, as_matrix(hinted), "dumped hinted log-probs", mask)
     # Controls: the hinted log-probs are not the plain ones, and no corrupted forward matches either pass.
     with pytest.raises(AssertionError):
-        harness.assert_scores_match(dumped_hinted, as_matrix(old), "hinted vs plain", mask)
-    for corruption in harness.CORRUPTIONS:
-        corrupted_old, corrupted_hinted = rescored_dump(assets_dir / "model", dump, corruption)
+        HARNESS.assert_scores_match(dumped_hinted, as_matrix(old), "hinted vs plain", mask)
+    for corruption in HARNESS.CORRUPTIONS:
+        corrupted_old, corrupted_hinted = rescored_dump(model, dump, corruption)
         with pytest.raises(AssertionError):
-            harness.assert_scores_match(dumped_old, as_matrix(corrupted_old), corruption, mask)
+            HARNESS.assert_scores_match(dumped_old, as_matrix(corrupted_old), corruption, mask)
         with pytest.raises(AssertionError):
-            harness.assert_scores_match(dumped_hinted, as_matrix(corrupted_hinted), corruption, mask)
+            HARNESS.assert_scores_match(dumped_hinted, as_matrix(corrupted_hinted), corruption, mask)
 
     initial = load_file(assets_dir / "model" / "model.safetensors")
     trained = load_file(
@@ -243,3 +247,10 @@ def test_train_data_without_solutions_stops_at_start_up(assets_dir, tmp_path):
 def test_disabled_entropy_stops_at_start_up(assets_dir, tmp_path):
     output = start_cpo(assets_dir, tmp_path, "actor_rollout_ref.actor.calculate_entropy=false")
     assert "actor_rollout_ref.actor.calculate_entropy=true" in output
+
+
+@pytest.mark.e2e
+def test_invalid_rollout_health_thresholds_stop_at_start_up(assets_dir, tmp_path):
+    # The run-health guard is checked for every estimator, before Ray starts.
+    output = start_cpo(assets_dir, tmp_path, "algorithm.adv_estimator=grpo", "treetune.rollout_health.warn_kl=2.0")
+    assert "treetune.rollout_health.warn_kl=2.0 is above treetune.rollout_health.stop_kl=1.0" in output, output
