@@ -43,11 +43,10 @@ from treetune_verl.run_folder import (
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def start_python(code: str, *args: str) -> subprocess.Popen:
+def start_python(code: str, *args: str, **popen_kwargs) -> subprocess.Popen:
     """A Python child that prints 'ready' once set up (the test waits for that line)."""
-    process = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code), *args], stdout=subprocess.PIPE, text=True, cwd=ROOT
-    )
+    command = [sys.executable, "-c", textwrap.dedent(code), *args]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=ROOT, **popen_kwargs)
     assert process.stdout.readline().strip() == "ready"
     return process
 
@@ -240,30 +239,19 @@ def test_row12_sigterm_runs_the_clean_up(tmp_path):
     assert child.wait(timeout=30) == 128 + signal.SIGTERM
 
 
-SIGINT_CHILD = """
-    import signal, time
-    from treetune_verl.run_folder import exit_on_sigterm
+SIGINT_CHILD = (
+    """
+    import signal
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # as inherited by a background job (nohup ... &)
-    exit_on_sigterm()
-    try:
-        print("ready", flush=True)
-        time.sleep(600)
-    finally:
-        print("cleaned up", flush=True)
 """
+    + SIGTERM_CHILD
+)
 
 
 def test_row12_sigint_runs_the_clean_up_when_started_with_sigint_ignored():
     # A background job of a non-interactive shell starts with SIGINT ignored, and children inherit that.
-    child = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(SIGINT_CHILD)],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
-    )
+    child = start_python(SIGINT_CHILD, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
-        assert child.stdout.readline().strip() == "ready"
         child.send_signal(signal.SIGINT)
         output, _ = child.communicate(timeout=30)
     except subprocess.TimeoutExpired:
