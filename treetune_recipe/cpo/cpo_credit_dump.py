@@ -95,11 +95,8 @@ def _row_kind(difficulty: int, correct: bool) -> str:
 
 
 def _prompt_ids(prompt_ids: torch.Tensor, attention: torch.Tensor) -> list[int]:
+    """The prompt's token ids without its left padding."""
     return prompt_ids[attention.bool()].tolist()
-
-
-def _decode_prompt(tokenizer, prompt_ids: torch.Tensor, attention: torch.Tensor) -> str:
-    return tokenizer.decode(prompt_ids[attention.bool()].tolist(), skip_special_tokens=False)
 
 
 def build_dump(batch, hint_batch, entropy: torch.Tensor, tokenizer, cpo_config, step: int, max_rows: int) -> dict:
@@ -140,6 +137,10 @@ def build_dump(batch, hint_batch, entropy: torch.Tensor, tokenizer, cpo_config, 
     for row in select_rows(tensors["difficulty"], correct, max_rows):
         valid = mask[row]
         token_ids = tensors["responses"][row][valid].tolist()
+        prompt_ids = _prompt_ids(tensors["prompts"][row], tensors["attention_mask"][row][:prompt_width])
+        hint_prompt_ids = _prompt_ids(
+            hint_batch.batch["prompts"][row], hint_batch.batch["attention_mask"][row][:hint_width]
+        )
 
         def values(matrix: torch.Tensor, row: int = row, valid: torch.Tensor = valid) -> list[float]:
             return [round(float(value), 6) for value in matrix[row][valid]]
@@ -151,19 +152,13 @@ def build_dump(batch, hint_batch, entropy: torch.Tensor, tokenizer, cpo_config, 
                 "kind": _row_kind(int(tensors["difficulty"][row]), bool(correct[row])),
                 "difficulty": int(tensors["difficulty"][row]),
                 "reward": float(tensors["seq_rewards"][row]),
-                "prompt": _decode_prompt(
-                    tokenizer, tensors["prompts"][row], tensors["attention_mask"][row][:prompt_width]
-                ),
-                "hint_prompt": _decode_prompt(
-                    tokenizer, hint_batch.batch["prompts"][row], hint_batch.batch["attention_mask"][row][:hint_width]
-                ),
+                "prompt": tokenizer.decode(prompt_ids, skip_special_tokens=False),
+                "hint_prompt": tokenizer.decode(hint_prompt_ids, skip_special_tokens=False),
                 "tokens": [tokenizer.decode([token_id], skip_special_tokens=False) for token_id in token_ids],
                 # Token ids, so that a dump can be re-scored exactly (the numerics e2e test does it).
                 "token_ids": token_ids,
-                "prompt_ids": _prompt_ids(tensors["prompts"][row], tensors["attention_mask"][row][:prompt_width]),
-                "hint_prompt_ids": _prompt_ids(
-                    hint_batch.batch["prompts"][row], hint_batch.batch["attention_mask"][row][:hint_width]
-                ),
+                "prompt_ids": prompt_ids,
+                "hint_prompt_ids": hint_prompt_ids,
                 "old_log_probs": values(old),
                 "gw_log_probs": values(gw),
                 "delta": values(gw - old),
