@@ -350,17 +350,21 @@ def as_nested(values: torch.Tensor, batch: DataProto, data) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def counted_micro_batches(worker):
-    """Count the engine's forward micro-batches inside the block: ``with counted_micro_batches(w) as calls: ...``."""
-    engine = worker.engine
+def recorded_model_inputs(engine):
+    """Record the model inputs of each forward micro-batch of ``engine`` inside the block (one dict per micro-batch,
+    keys ``input_ids`` and ``attention_mask``): ``with recorded_model_inputs(worker.engine) as calls: ...``.
+
+    Only this engine instance is wrapped (an instance attribute, removed after the block); upstream is untouched.
+    """
     original = engine.prepare_model_inputs
     calls = []
 
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
+    def recording(*args, **kwargs):
+        model_inputs, output_args = original(*args, **kwargs)
+        calls.append({key: model_inputs.get(key) for key in ("input_ids", "attention_mask")})
+        return model_inputs, output_args
 
-    engine.prepare_model_inputs = counting
+    engine.prepare_model_inputs = recording
     try:
         yield calls
     finally:
@@ -419,7 +423,7 @@ def check_log_probs(engine: dict, role: str) -> None:
     Covers left-padded prompts and responses of different lengths, in several micro-batches.
     """
     batch = rollout_batch(engine["model_path"], engine["tokenizer"], seed=1)
-    with counted_micro_batches(engine[role]) as calls:
+    with recorded_model_inputs(engine[role].engine) as calls:
         got, got_entropy = engine_log_probs(engine[role], batch)
     assert len(calls) > 1, "the batch should span several micro-batches"
     expected, expected_entropy, _ = reference_outputs(engine["model_path"], batch)
@@ -482,7 +486,7 @@ def check_cpo_update(engine: dict) -> None:
 
     expected = _expected_update(engine, batch)
     actor, _ = actor_worker(engine["config"], engine["cpo"])  # a fresh actor: the update changes its weights
-    with counted_micro_batches(actor) as calls:
+    with recorded_model_inputs(actor.engine) as calls:
         metrics = engine_update(actor, batch)
     assert len(calls) > 1, "the update should span several micro-batches"
     got = (float(np.sum(metrics["loss"])), float(np.mean(metrics["grad_norm"])))

@@ -79,18 +79,6 @@ def _sft_overrides(model_dir: Path, data: Path, work_dir: Path) -> list[str]:
     return [item for item in overrides if not item.startswith("hydra.")]
 
 
-def _spy_model_inputs(engine, calls: list[dict]) -> None:
-    """Record the model inputs of every micro-batch (instance attribute on this engine only; upstream untouched)."""
-    prepare = engine.prepare_model_inputs
-
-    def prepare_model_inputs(micro_batch):
-        model_inputs, output_args = prepare(micro_batch)
-        calls.append({key: value for key, value in model_inputs.items() if key in ("input_ids", "attention_mask")})
-        return model_inputs, output_args
-
-    engine.prepare_model_inputs = prepare_model_inputs
-
-
 @pytest.fixture(scope="module")
 def sft_run(tmp_path_factory):
     """Build verl's ``SFTTrainer`` as the warm start configures it; run its first batch forward, then train on it."""
@@ -103,7 +91,8 @@ def sft_run(tmp_path_factory):
     data_path = work_dir / "sft.parquet"
     pd.DataFrame(sft_rows(rows)).to_parquet(data_path, index=False)
 
-    with _engine_harness().single_process_group():
+    harness = _engine_harness()
+    with harness.single_process_group():
         import verl.trainer.sft_trainer as sft_trainer
         from verl.utils.device import auto_set_device
         from verl.utils.distributed import initialize_global_process_group
@@ -128,11 +117,9 @@ def sft_run(tmp_path_factory):
             "pad_mode": config.data.pad_mode,
             "pad_token_id": trainer.model_config.tokenizer.pad_token_id,
         }
-        calls = []
-        _spy_model_inputs(trainer.engine, calls)
         val_data = tu.get_tensordict(tensor_dict=dict(batch), non_tensor_dict=meta_info)
-        val_output = trainer.training_client.infer_batch(val_data)  # the validation pass of fit()
-        val_calls = list(calls)
+        with harness.recorded_model_inputs(trainer.engine) as val_calls:
+            val_output = trainer.training_client.infer_batch(val_data)  # the validation pass of fit()
 
         # Control through the engine: position ids running on across the packed row instead of restarting at each
         # sequence, so nothing marks the boundaries any more: attention spans the whole row (and RoPE positions run on).
@@ -140,12 +127,12 @@ def sft_run(tmp_path_factory):
         running = torch.nested.nested_tensor_from_jagged(torch.arange(int(offsets[-1])), offsets)
         leaky_data = tu.get_tensordict(tensor_dict=dict(batch, position_ids=running), non_tensor_dict=meta_info)
         leaky_output = trainer.training_client.infer_batch(leaky_data)
-        calls.clear()
 
         train_data = tu.get_tensordict(tensor_dict=dict(batch), non_tensor_dict=meta_info)
         seqlens = NonTensorData(trainer._get_batch_seqlens(data=train_data))
         tu.assign_non_tensor(train_data, update_lr_scheduler=True, global_token_num=seqlens)
-        train_output = trainer.training_client.train_batch(data=train_data)
+        with harness.recorded_model_inputs(trainer.engine) as train_calls:
+            train_output = trainer.training_client.train_batch(data=train_data)
 
         yield {
             "model_path": assets / "model",
@@ -157,7 +144,7 @@ def sft_run(tmp_path_factory):
             "leaky_val_loss": tu.get(leaky_output, "metrics")["loss"],
             "train_metrics": tu.get(train_output, "metrics"),
             "val_calls": val_calls,
-            "train_calls": calls,
+            "train_calls": train_calls,
         }
 
 
