@@ -1,11 +1,21 @@
 # treetune-verl: the two commands of the README, plus a few helpers.
 #   make demo [ARGS="key=value ..."]   CPU tiny run of the main recipe (writes outputs/demo/)
 #   make experiment [ARGS="--quick ..."]  CPO vs matched GRPO on CPU (writes outputs/experiments/cpo_vs_grpo/)
-#   make test                           CPU test tier
-#   make install-gpu ROLLOUT=vllm       GPU node: torch + serving engine + flash-attn + this project (or ROLLOUT=sglang)
-#   make check-gpu-install              resolve every GPU stack from the index in a throwaway environment
+#   make test [PYTEST_ARGS=...]         CPU test tier
+#   make install-gpu ROLLOUT=vllm       GPU node: torch + serving engine + flash-attn + this project (or ROLLOUT=sglang;
+#                                       VERL=0.7.1 for that release's stack, in .venv-verl0.7.1)
+#   make check-gpu-install              resolve every GPU stack (both verl releases x both engines) in throwaway venvs
+# Every target takes VERL=<release>: one of treetune_verl/VERL_VERSION (the first line, 0.9.1, is the default and
+# lives in .venv; another lives in .venv-verl<release>, e.g. `make test VERL=0.7.1` uses .venv-verl0.7.1).
 PYTHON ?= python3
-VENV ?= .venv
+DEFAULT_VERL := $(shell head -n 1 treetune_verl/VERL_VERSION)
+VERL ?= $(DEFAULT_VERL)
+VERL_CONSTRAINT := treetune_verl/constraints/verl-$(VERL).txt
+ifeq ($(wildcard $(VERL_CONSTRAINT)),)
+$(error VERL=$(VERL) is not a supported verl release; supported: $(shell tr '\n' ' ' < treetune_verl/VERL_VERSION))
+endif
+VENV ?= $(if $(filter $(DEFAULT_VERL),$(VERL)),.venv,.venv-verl$(VERL))
+PYTEST_ARGS ?=
 TORCH_SPEC ?= torch==2.13.0
 ROLLOUT ?= vllm
 ARGS ?=
@@ -22,19 +32,22 @@ $(PY):
 
 # torch first, then everything else under a constraint that pins the torch just installed (the distribution's
 # version, e.g. 2.9.0: torch.__version__ adds a local tag such as +cu128 that no index serves).
-$(STAMP): $(PY) pyproject.toml
+# The release's own constraints (numpy, transformers, ...) come from $(VERL_CONSTRAINT).
+$(STAMP): $(PY) pyproject.toml $(VERL_CONSTRAINT)
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) $(GPU_INSTALL) torch-constraint > $(CONSTRAINT)
-	$(PY) -m pip install -q -c $(CONSTRAINT) -e ".[test,math]"
+	$(PY) -m pip install -q -c $(CONSTRAINT) -c $(VERL_CONSTRAINT) -e ".[test,math]"
 	touch $(STAMP)
 
 install: $(STAMP)
 
-# One serving stack per environment (vLLM and SGLang need different torch releases); see treetune_scripts/gpu_install.py.
+# One serving stack per environment (each engine and verl release wants its own torch); its steps use the release's
+# $(VERL_CONSTRAINT). See treetune_scripts/gpu_install.py.
 install-gpu: $(PY)
-	$(PY) $(GPU_INSTALL) install --rollout $(ROLLOUT) --python $(PY) --constraint-file $(CONSTRAINT)
+	$(PY) $(GPU_INSTALL) install --rollout $(ROLLOUT) --verl $(VERL) --python $(PY) --constraint-file $(CONSTRAINT)
 	touch $(STAMP)
 
+# Every stack of every release, whatever VERL is (VERL only picks the environment that runs the check).
 check-gpu-install: $(STAMP)
 	$(PY) $(GPU_INSTALL) check --python $(PY)
 
@@ -45,7 +58,7 @@ experiment: $(STAMP)
 	$(PY) -m treetune_scripts.experiments.cpo_vs_grpo $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest -q $$(find treetune_tests -name 'test_*_on_cpu.py' | sort)
+	$(PY) -m pytest -q $(PYTEST_ARGS) $$(find treetune_tests -name 'test_*_on_cpu.py' | sort)
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m gpu treetune_tests

@@ -17,9 +17,10 @@ Upstream verl is never edited. Where neither config, a registry nor subclassing 
 one upstream symbol at runtime. Each patch:
 
 - says what it fixes and the upstream ``file:line`` it works around (``# SYNC WARNING:`` tags; line numbers refer to
-  verl 0.7.1 as installed from PyPI);
+  the release the patch applies to, installed from PyPI; both releases' where it applies to both and they differ);
 - is guarded by :func:`require_verl_version`: it refuses to apply, with a clear error, when the installed verl is not
-  :data:`treetune_verl.version.REQUIRED_VERL_VERSION`, because the code it replaces may have moved;
+  one of :data:`treetune_verl.version.SUPPORTED_VERL_VERSIONS`, because the code it replaces may have moved; a patch
+  that only some releases need is listed in :data:`ONLY_ON_RELEASES` and does nothing on the others;
 - is idempotent (applying it twice changes nothing).
 
 Patches on verl modules are applied lazily through :func:`run_after_import`, so importing this module never imports
@@ -31,15 +32,14 @@ CPU-device patches (:func:`apply_cpu_device_patches`) are applied only when no a
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
 import importlib.util
 import os
-import sys
 import threading
 from collections.abc import Callable
 from types import ModuleType
 
+from treetune_verl.cpu_platform import device_fixes
+from treetune_verl.import_hooks import run_after_import  # noqa: F401  (re-exported: the CPU backend registers through it)
 from treetune_verl.preflight import accelerator_available
 
 _APPLIED: set[str] = set()
@@ -53,25 +53,47 @@ _LOCK = threading.RLock()
 
 
 class VerlVersionMismatchError(RuntimeError):
-    """The installed verl is not the release the patches were written against."""
+    """The installed verl is not one of the releases the patches were written against."""
 
 
 def require_verl_version(patch_name: str) -> None:
-    """Raise :class:`VerlVersionMismatchError` unless the installed verl is the pinned release.
+    """Raise :class:`VerlVersionMismatchError` unless the installed verl is a supported release.
 
     Args:
         patch_name: name of the patch about to be applied (shown in the error).
     """
-    from treetune_verl.version import REQUIRED_VERL_VERSION, installed_verl_version
+    from treetune_verl.version import SUPPORTED_VERL_VERSIONS, installed_verl_version
 
     installed = installed_verl_version()
-    if installed != REQUIRED_VERL_VERSION:
+    if installed not in SUPPORTED_VERL_VERSIONS:
+        supported = ", ".join(f"verl=={release}" for release in SUPPORTED_VERL_VERSIONS)
         raise VerlVersionMismatchError(
-            f"treetune patch {patch_name!r} was written for verl=={REQUIRED_VERL_VERSION}, but verl=={installed} is "
-            f"installed. Install the pinned release (pip install verl=={REQUIRED_VERL_VERSION}) or, when moving the "
-            "pin, re-check every '# SYNC WARNING:' location in treetune_verl/patches.py and update "
-            "treetune_verl/VERL_VERSION."
+            f"treetune patch {patch_name!r} was written for {supported}, but verl=={installed} is installed. Install "
+            f"a supported release (make install, or make install VERL=<release>) or, when adding a release, re-check "
+            "every '# SYNC WARNING:' location in treetune_verl/patches.py and list it in treetune_verl/VERL_VERSION."
         )
+
+
+#: Patches that only some supported releases need (upstream fixed the bug, or the CPU platform of verl >= 0.9 does the
+#: job). A patch not listed here applies on every supported release.
+ONLY_ON_RELEASES: dict[str, tuple[str, ...]] = {
+    "keep_actor_on_device_after_weight_sync": ("0.7.1",),  # fixed upstream by PR #4777 (verl 0.8.0)
+    "no_padding_attention_mask": ("0.7.1",),  # fixed upstream by PR #6345 (verl 0.8.0), issue #6278
+    "request_entropy_in_actor_updates": ("0.7.1",),  # verl >= 0.8 honours actor.calculate_entropy
+    "pure_torch_attention_utils": ("0.7.1",),  # verl 0.9.1 falls back to pure torch without flash-attn
+    "gloo_process_group": ("0.7.1",),  # verl 0.9.1: the CPU platform applies it (treetune_verl.cpu_platform)
+    "noop_pin_memory": ("0.7.1",),  # same
+    "torch_cpu_memory_api": ("0.7.1",),  # verl 0.9.1: PlatformCPU.device_module carries the stand-ins
+}
+
+
+def patch_applies(patch_name: str) -> bool:
+    """True when ``patch_name`` is needed by the installed (supported) verl release."""
+    from treetune_verl.version import installed_verl_version
+
+    require_verl_version(patch_name)
+    releases = ONLY_ON_RELEASES.get(patch_name)
+    return releases is None or installed_verl_version() in releases
 
 
 #: Comma-separated patch names left unapplied in every process that sees this variable (to reproduce the upstream
@@ -97,7 +119,8 @@ def _apply_once(patch_name: str, apply: Callable[[], None]) -> None:
             print(f"[treetune] WARNING: patch {patch_name!r} skipped ({SKIP_PATCHES_ENV}); upstream behaviour is kept.")
             _SKIPPED.add(patch_name)
             return
-        require_verl_version(patch_name)
+        if not patch_applies(patch_name):
+            return
         apply()
         _APPLIED.add(patch_name)
 
@@ -108,181 +131,21 @@ def applied_patches() -> frozenset[str]:
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# Post-import hooks: run a callback right after a module has been executed, without importing it early
-# --------------------------------------------------------------------------------------------------------------------
-
-_PENDING_HOOKS: dict[str, list[Callable[[ModuleType], None]]] = {}
-
-
-class _HookedLoader(importlib.abc.Loader):
-    """Wraps a module's real loader; after the module body ran, restores the real loader and runs the hooks."""
-
-    def __init__(self, loader: importlib.abc.Loader, fullname: str):
-        self._loader = loader
-        self._fullname = fullname
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
-        module.__loader__ = self._loader
-        if getattr(module, "__spec__", None) is not None:
-            module.__spec__.loader = self._loader
-        with _LOCK:
-            hooks = _PENDING_HOOKS.pop(self._fullname, [])
-        for hook in hooks:
-            hook(module)
-
-
-class _PostImportFinder(importlib.abc.MetaPathFinder):
-    """Meta-path finder that only intervenes for module names with pending hooks."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname not in _PENDING_HOOKS:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return None
-        spec.loader = _HookedLoader(spec.loader, fullname)
-        return spec
-
-
-_FINDER = _PostImportFinder()
-
-
-def run_after_import(module_name: str, hook: Callable[[ModuleType], None]) -> None:
-    """Call ``hook(module)`` once ``module_name`` is imported: now if it already is, else right after its import.
-
-    Args:
-        module_name: fully qualified module name, e.g. ``"verl.workers.rollout.base"``.
-        hook: called with the module object; must be idempotent.
-    """
-    module = sys.modules.get(module_name)
-    if module is not None:
-        hook(module)
-        return
-    with _LOCK:
-        _PENDING_HOOKS.setdefault(module_name, []).append(hook)
-        if _FINDER not in sys.meta_path:
-            sys.meta_path.insert(0, _FINDER)
-
-
-# --------------------------------------------------------------------------------------------------------------------
 # CPU-device patches
 # --------------------------------------------------------------------------------------------------------------------
 
-_ACCELERATOR_BACKENDS = ("nccl", "hccl")
-
-
-def gloo_backend_for(backend: str | None) -> str | None:
-    """Map a process-group backend string that needs an accelerator to one that works on CPU.
-
-    ``"cpu:gloo,cpu:nccl"`` (device "cpu" with an accelerator backend), ``"cpu:gloo,cpu:gloo"`` (torch rejects the
-    duplicate device) and plain ``"nccl"`` all become ``"gloo"``. Anything else is returned unchanged.
-
-    Args:
-        backend: the ``backend`` argument given to ``torch.distributed.init_process_group``.
-    """
-    if not backend:
-        return backend
-    parts = [part.strip() for part in backend.split(",") if part.strip()]
-    names = [part.split(":")[-1] for part in parts]
-    devices = [part.split(":")[0] for part in parts if ":" in part]
-    needs_accelerator = any(name in _ACCELERATOR_BACKENDS for name in names)
-    duplicate_device = len(devices) != len(set(devices))
-    return "gloo" if needs_accelerator or duplicate_device else backend
-
-
-def _patch_init_process_group() -> None:
-    """Make ``torch.distributed.init_process_group`` use gloo for accelerator backends.
-
-    Fixes: ``backend=f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"`` is ``"cpu:gloo,cpu:nccl"`` without an
-    accelerator, and torch refuses it (no nccl; "Duplicate device type cpu" once nccl is replaced by gloo).
-    """
-    # SYNC WARNING: verl/workers/fsdp_workers.py:ActorRolloutRefWorker.__init__ (l.158-159, backend string)
-    # SYNC WARNING: verl/utils/distributed.py:initialize_global_process_group_ray (l.82, backend string)
-    # SYNC WARNING: verl/utils/device.py:get_nccl_backend (returns "nccl" without an accelerator)
-    import torch.distributed as dist
-
-    original = dist.init_process_group
-    if getattr(original, "_treetune_gloo", False):
-        return
-
-    @functools.wraps(original)
-    def init_process_group(*args, **kwargs):
-        if "backend" in kwargs:
-            kwargs["backend"] = gloo_backend_for(kwargs["backend"])
-        elif args and isinstance(args[0], str):
-            args = (gloo_backend_for(args[0]), *args[1:])
-        return original(*args, **kwargs)
-
-    init_process_group._treetune_gloo = True
-    dist.init_process_group = init_process_group
-
-
-def _patch_pin_memory() -> None:
-    """Make ``Tensor.pin_memory`` return the tensor itself (pinning needs an accelerator).
-
-    Fixes: FSDP2 ref/rollout roles get ``CPUOffloadPolicy(pin_memory=True)``, and torch's ``_fsdp_param`` then calls
-    ``.pin_memory()``, which raises "Cannot access accelerator device when none is available".
-    """
-    # SYNC WARNING: verl/workers/fsdp_workers.py:_build_model_optimizer (l.621-625, CPUOffloadPolicy(pin_memory=True))
-    # SYNC WARNING: verl/workers/engine/fsdp/transformer_impl.py:FSDPEngine._build_fsdp_module (l.371, same)
-    import torch
-
-    if getattr(torch.Tensor.pin_memory, "_treetune_noop", False):
-        return
-
-    def pin_memory(self, *args, **kwargs):
-        return self
-
-    pin_memory._treetune_noop = True
-    torch.Tensor.pin_memory = pin_memory
-
-
-def _cpu_mem_get_info(*args, **kwargs) -> tuple[int, int]:
-    import psutil
-
-    memory = psutil.virtual_memory()
-    return memory.available, memory.total
-
-
-def _zero(*args, **kwargs) -> int:
-    return 0
-
-
-def _nothing(*args, **kwargs) -> None:
-    return None
-
 
 def _patch_torch_cpu_namespace() -> None:
-    """Add the ``torch.cuda``-style functions verl calls on ``get_torch_device()``, which is ``torch.cpu`` on CPU.
+    """Add the ``torch.cuda``-style functions verl 0.7.1 calls on ``get_torch_device()``, which is ``torch.cpu`` there.
 
-    Only missing attributes are added; nothing torch defines is replaced. Memory counters report 0 (there is no
-    device memory), ``mem_get_info`` reports host memory, RNG state is the CPU generator's.
+    Only missing attributes are added; nothing torch defines is replaced. (verl 0.9.1 asks its platform for the device
+    module instead: ``PlatformCPU.device_module`` carries the same stand-ins without touching ``torch.cpu``.)
     """
-    # SYNC WARNING: verl/utils/memory_utils.py:aggressive_empty_cache (l.46, torch.cpu.memory_reserved)
-    # SYNC WARNING: verl/utils/device.py:get_torch_device (returns torch.cpu without an accelerator)
+    # SYNC WARNING: verl/utils/memory_utils.py:aggressive_empty_cache (0.7.1 l.46, torch.cpu.memory_reserved)
+    # SYNC WARNING: verl/utils/device.py:get_torch_device (0.7.1: returns torch.cpu without an accelerator)
     import torch
 
-    stand_ins: dict[str, Callable] = {
-        "empty_cache": _nothing,
-        "ipc_collect": _nothing,
-        "reset_peak_memory_stats": _nothing,
-        "set_per_process_memory_fraction": _nothing,
-        "memory_allocated": _zero,
-        "memory_reserved": _zero,
-        "max_memory_allocated": _zero,
-        "max_memory_reserved": _zero,
-        "mem_get_info": _cpu_mem_get_info,
-        "get_rng_state": lambda *args, **kwargs: torch.get_rng_state(),
-        "set_rng_state": lambda state, *args, **kwargs: torch.set_rng_state(state),
-        "manual_seed": lambda seed: torch.manual_seed(seed),
-        "manual_seed_all": lambda seed: torch.manual_seed(seed),
-        "get_device_name": lambda *args, **kwargs: "cpu",
-    }
-    for name, function in stand_ins.items():
+    for name, function in device_fixes.cuda_style_stand_ins().items():
         if not hasattr(torch.cpu, name):
             setattr(torch.cpu, name, function)
 
@@ -326,11 +189,12 @@ class _GcWithoutCollect(ModuleType):
 
 #: Modules whose module-level ``gc`` is replaced on CPU, and the upstream callers of ``gc.collect()`` in them.
 _NO_FULL_GC_MODULES = (
-    # SYNC WARNING: verl/workers/engine/fsdp/transformer_impl.py:FSDPEngine.to (l.673, gc.collect() when the target is
-    # get_device_name(); on CPU that is true both entering and leaving every train/eval context)
+    # SYNC WARNING: verl/workers/engine/fsdp/transformer_impl.py:FSDPEngine.to (0.7.1 l.673, gc.collect() when the
+    # target is get_device_name(); on CPU that is true entering and leaving every train/eval context; 0.9.1: gone)
     "verl.workers.engine.fsdp.transformer_impl",
-    # SYNC WARNING: verl/utils/memory_utils.py:aggressive_empty_cache (l.50, gc.collect() up to max_retries times; the
-    # device module torch.cpu reports itself available, so it runs on every weight sync and SFT validation)
+    # SYNC WARNING: verl/utils/memory_utils.py:aggressive_empty_cache (0.9.1 l.51, 0.7.1 l.50: gc.collect() up to
+    # max_retries times; the CPU device module reports itself available, so it runs on every weight sync and SFT
+    # validation)
     "verl.utils.memory_utils",
 )
 
@@ -345,7 +209,9 @@ def _patch_skip_full_gc(module: ModuleType) -> None:
     computed number changes. Only the name ``gc`` inside these verl modules is rebound: ``gc.collect()`` elsewhere
     (the project, torch, Ray) is untouched.
     """
-    if isinstance(module.__dict__.get("gc"), _GcWithoutCollect):
+    import gc
+
+    if module.__dict__.get("gc") is not gc:  # already replaced, or a release whose module no longer collects
         return
     module.gc = _GcWithoutCollect()
 
@@ -367,8 +233,8 @@ def apply_cpu_device_patches() -> None:
     """Apply every CPU-device patch in this process; does nothing when an accelerator is present."""
     if accelerator_available():
         return
-    _apply_once("gloo_process_group", _patch_init_process_group)
-    _apply_once("noop_pin_memory", _patch_pin_memory)
+    _apply_once("gloo_process_group", device_fixes.use_gloo_process_groups)
+    _apply_once("noop_pin_memory", device_fixes.make_pin_memory_a_no_op)
     _apply_once("torch_cpu_memory_api", _patch_torch_cpu_namespace)
     apply_pure_torch_attention_utils()
     apply_skip_full_gc()
@@ -535,9 +401,9 @@ def install_main_ppo_preflight() -> None:
 def use_trainer_class(trainer_cls: type) -> None:
     """Make upstream ``TaskRunner.run`` build ``trainer_cls`` instead of ``RayPPOTrainer``, in this process only.
 
-    Why a patch: ``TaskRunner.run`` hard-codes the trainer class. It reads the module global ``RayPPOTrainer`` of
-    ``verl.trainer.main_ppo`` when it runs, so a ``TaskRunner`` subclass calls this at the start of its ``run``
-    (inside its own Ray actor process) and then ``super().run(config)``.
+    Why a patch: ``TaskRunner.run`` hard-codes the trainer class. It reads the module global ``RayPPOTrainer`` of its
+    module (:func:`treetune_verl.verl_compat.trainer_module`) when it runs, so a ``TaskRunner`` subclass calls this at
+    the start of its ``run`` (inside its own Ray actor process) and then ``super().run(config)``.
 
     Args:
         trainer_cls: a subclass of ``verl.trainer.ppo.ray_trainer.RayPPOTrainer``.
@@ -545,14 +411,16 @@ def use_trainer_class(trainer_cls: type) -> None:
     Raises:
         TypeError: if ``trainer_cls`` is not a ``RayPPOTrainer`` subclass.
     """
-    # SYNC WARNING: verl/trainer/main_ppo.py:TaskRunner.run (l.343, `trainer = RayPPOTrainer(...)`, module global)
+    # SYNC WARNING: verl/trainer/main_ppo_v0.py:TaskRunner.run (0.9.1 l.218, `trainer = RayPPOTrainer(...)`, module
+    # global imported l.25); 0.7.1: verl/trainer/main_ppo.py:TaskRunner.run (l.343)
     require_verl_version("use_trainer_class")
-    import verl.trainer.main_ppo as main_ppo
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from treetune_verl.verl_compat import trainer_module
 
     if not (isinstance(trainer_cls, type) and issubclass(trainer_cls, RayPPOTrainer)):
         raise TypeError(f"use_trainer_class needs a subclass of RayPPOTrainer, got {trainer_cls!r}.")
-    main_ppo.RayPPOTrainer = trainer_cls
+    trainer_module().RayPPOTrainer = trainer_cls
 
 
 def request_entropy_in_actor_updates(worker_group) -> None:
@@ -570,7 +438,8 @@ def request_entropy_in_actor_updates(worker_group) -> None:
     # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._update_actor (l.1173-1189, calculate_entropy flag)
     # SYNC WARNING: verl/single_controller/base/worker_group.py:WorkerGroup._bind_worker_method (l.250, setattr)
     # SYNC WARNING: verl/workers/engine/fsdp/transformer_impl.py (l.996, l.1097, entropy only when the flag is set)
-    require_verl_version("request_entropy_in_actor_updates")
+    if not patch_applies("request_entropy_in_actor_updates"):
+        return
     original = worker_group.update_actor
     if getattr(original, "_treetune_entropy", False):
         return

@@ -83,7 +83,7 @@ def _importable(module: str) -> bool:
 
 
 def accelerator_available() -> bool:
-    """True when torch sees a CUDA or Ascend NPU device (the only accelerators verl 0.7.1 targets)."""
+    """True when torch sees a CUDA or Ascend NPU device."""
     import torch
 
     if torch.cuda.is_available():
@@ -171,11 +171,34 @@ def _check_hf_rollout(config: Any) -> list[str]:
 
 
 def _uses_engine_workers(config: Any) -> bool:
-    return _get(config, "trainer.use_legacy_worker_impl", "auto") == "disable"
+    from treetune_verl.version import verl_is
+
+    # verl >= 0.8 has no legacy workers (the key is gone); 0.7.1 picks them unless told otherwise
+    return not verl_is("0.7.1") or _get(config, "trainer.use_legacy_worker_impl", "auto") == "disable"
+
+
+def _verl_platform_problem() -> str | None:
+    """verl >= 0.9 must have selected the CPU platform here, else it rewrites ``trainer.device=cpu`` to cuda."""
+    if not _importable("verl.plugin.platform"):  # verl 0.7.1: no platform layer
+        return None
+    from verl.plugin.platform import get_platform
+
+    device = get_platform().device_name
+    if device == "cpu":
+        return None
+    return (
+        f"verl selected its {device!r} platform on this host without accelerator, so it rewrites trainer.device=cpu "
+        f"to {device}: the CPU platform of treetune_verl.cpu_platform is not registered. It registers through the "
+        "package's verl.plugins entry point: reinstall the project (make install, or pip install -e .) and do not "
+        "set VERL_USE_EXTERNAL_PLUGINS=none; VERL_PLATFORM=cpu forces it once registered."
+    )
 
 
 def _check_cpu_settings(config: Any) -> list[str]:
     """Settings that need CUDA (or NPU), checked only when no accelerator is present."""
+    platform_problem = _verl_platform_problem()
+    if platform_problem:
+        return [platform_problem]
     problems = []
     device = _get(config, "trainer.device", "cuda")
     if device != "cpu":
@@ -282,7 +305,7 @@ def _largest_divisor(value: int, at_most: int) -> int:
 
 
 def required_ray_resources(config: Any) -> dict[str, float]:
-    """Ray resources verl 0.7.1 will ask for before training starts.
+    """Ray resources verl will ask for before training starts.
 
     ``ResourcePoolManager`` creates one placement-group bundle per trainer process, each
     ``{"CPU": 3, <device resource>: 1}``, and first checks that the cluster has at least one Ray ``GPU`` per
@@ -293,9 +316,12 @@ def required_ray_resources(config: Any) -> dict[str, float]:
         Resource name -> amount: ``CPU``, ``GPU`` and, for devices other than cuda/npu, the custom resource named
         after ``trainer.device`` (e.g. ``cpu``).
     """
-    # SYNC WARNING: verl/single_controller/ray/base.py:RayResourcePool.get_placement_groups (l.130-148, bundle shape)
-    # SYNC WARNING: verl/single_controller/ray/base.py:ResourcePoolManager (l.191-235, max_colocate_count=3, GPU check)
-    # SYNC WARNING: verl/trainer/main_ppo.py:TaskRunner.init_resource_pool_mgr (l.218-240, pools)
+    # SYNC WARNING: verl/single_controller/ray/base.py:RayResourcePool.get_placement_groups (bundle shape; 0.9.1
+    # l.131-148 asks the platform for the resource name, 0.7.1 l.130-148)
+    # SYNC WARNING: verl/single_controller/ray/base.py:ResourcePoolManager (max_colocate_count=3, GPU check; 0.9.1
+    # l.185-243, 0.7.1 l.191-235)
+    # SYNC WARNING: verl/trainer/main_ppo_v0.py:TaskRunner.init_resource_pool_mgr (pools; 0.9.1 l.67; 0.7.1
+    # verl/trainer/main_ppo.py l.218-240)
     processes = int(_get(config, "trainer.n_gpus_per_node", 1)) * int(_get(config, "trainer.nnodes", 1))
     if _get(config, "reward.reward_model.enable_resource_pool", False):
         processes += int(_get(config, "reward.reward_model.n_gpus_per_node", 0)) * int(

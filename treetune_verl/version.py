@@ -11,15 +11,28 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The verl release this overlay is written against (single source of truth: ``VERL_VERSION``)."""
+"""The verl releases this overlay supports (single source of truth: ``VERL_VERSION``, one per line, default first)."""
 
+from functools import cache
 from importlib import resources
 
-REQUIRED_VERL_VERSION: str = resources.files("treetune_verl").joinpath("VERL_VERSION").read_text().strip()
+SUPPORTED_VERL_VERSIONS: tuple[str, ...] = tuple(
+    line.strip()
+    for line in resources.files("treetune_verl").joinpath("VERL_VERSION").read_text().splitlines()
+    if line.strip() and not line.startswith("#")
+)
+#: The release ``make install`` sets up; the others are selected with ``make ... VERL=<release>``.
+DEFAULT_VERL_VERSION: str = SUPPORTED_VERL_VERSIONS[0]
 
 
+@cache
 def installed_verl_version() -> str:
     """Version of the verl package importable in this interpreter."""
     from importlib.metadata import version
 
     return version("verl")
+
+
+def verl_is(*releases: str) -> bool:
+    """True when the installed verl is one of ``releases`` (e.g. ``verl_is("0.7.1")``)."""
+    return installed_verl_version() in releases

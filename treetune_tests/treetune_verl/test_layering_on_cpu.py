@@ -41,8 +41,11 @@ def test_library_and_recipes_never_import_scripts(folder):
     assert {path: mods for path, mods in offenders.items() if mods} == {}
 
 
-def test_preflight_does_not_import_patches():
-    assert not [m for m in imported_modules(ROOT / "treetune_verl" / "preflight.py") if m.startswith("treetune_verl")]
+def test_preflight_imports_nothing_of_the_project_but_the_version_leaf():
+    imported = imported_modules(ROOT / "treetune_verl" / "preflight.py")
+    assert sorted(m for m in imported if m.startswith("treetune_verl")) == ["treetune_verl.version"]
+    version_imports = imported_modules(ROOT / "treetune_verl" / "version.py")
+    assert not [m for m in version_imports if m.startswith(("treetune_verl", "verl"))]  # a leaf: standard library
 
 
 def test_every_package_init_says_what_it_holds():

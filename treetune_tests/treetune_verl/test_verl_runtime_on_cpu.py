@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from treetune_verl import patches, verl_runtime
+from treetune_verl.version import verl_is
 
 
 class _Engine:
@@ -77,12 +78,18 @@ def test_wrapping_twice_wraps_once(monkeypatch):
     assert module.ActorRolloutRefWorker.update_weights is once
 
 
-def test_importing_the_runtime_module_patches_verl_engine_workers():
+def test_importing_the_runtime_module_patches_verl_engine_workers_on_the_release_that_needs_it():
+    import inspect
+
     import verl.workers.engine_workers as engine_workers
 
     assert verl_runtime.MODULE == "treetune_verl.verl_runtime"
-    assert "keep_actor_on_device_after_weight_sync" in patches.applied_patches()
-    assert getattr(engine_workers.ActorRolloutRefWorker.update_weights, "_treetune_keep_on_device", False)
+    patched = verl_is("0.7.1")  # verl 0.9.1 offloads after the sync only with param offload on (PR #4777)
+    assert ("keep_actor_on_device_after_weight_sync" in patches.applied_patches()) == patched
+    update_weights = engine_workers.ActorRolloutRefWorker.update_weights
+    assert getattr(update_weights, "_treetune_keep_on_device", False) == patched
+    if not patched:
+        assert "if self.actor.engine.is_param_offload_enabled:" in inspect.getsource(update_weights)
 
 
 def test_the_cpu_backend_applies_the_runtime_fixes_in_a_fresh_process():
@@ -91,7 +98,7 @@ def test_the_cpu_backend_applies_the_runtime_fixes_in_a_fresh_process():
         "print(getattr(m.ActorRolloutRefWorker.update_weights, '_treetune_keep_on_device', False))"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
-    assert result.stdout.strip().splitlines()[-1] == "True"
+    assert result.stdout.strip().splitlines()[-1] == str(verl_is("0.7.1"))
 
 
 def test_recipe_config_lists_the_runtime_module_and_the_cpu_profile_the_backend():

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""CPU backend for verl 0.7.1: lets the unmodified Ray PPO/GRPO trainer run on a machine without accelerator.
+"""CPU backend: lets the unmodified Ray PPO/GRPO trainer of verl 0.9.1 or 0.7.1 run on a machine without accelerator.
 
 Loaded in every process of a run through verl's own plugin hook: ``import verl`` imports each module listed in the
 ``VERL_USE_EXTERNAL_MODULES`` environment variable, and ``treetune_verl/config/platform/cpu.yaml`` puts
@@ -21,7 +21,8 @@ reward workers all inherit it). Importing this package:
 1. registers the ``hf`` rollout (``actor_rollout_ref.rollout.name=hf``) in verl's rollout-class registry and
    ``RolloutReplicaRegistry`` (see :mod:`treetune_verl.cpu_backend.hf_server`);
 2. without an accelerator, applies the CPU-device patches of :mod:`treetune_verl.patches` and registers verl's FSDP
-   engines for device ``cpu`` in ``EngineRegistry``;
+   engines for device ``cpu`` in ``EngineRegistry`` (on verl 0.9.1 the device itself comes from the CPU platform,
+   :mod:`treetune_verl.cpu_platform`, which ``import verl`` loads through its ``verl.plugins`` entry point);
 3. imports :mod:`treetune_verl.verl_runtime` (the engine-worker fixes every device needs);
 4. wraps upstream ``validate_config`` with :mod:`treetune_verl.preflight` (clear errors instead of deep crashes or
    hangs).
@@ -34,7 +35,9 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from treetune_verl import patches, preflight, verl_runtime  # noqa: F401  (verl_runtime: the fixes every device needs)
+# cpu_platform: registers verl 0.9.1's CPU platform here too; verl_runtime: the fixes every device needs.
+from treetune_verl import cpu_platform, patches, preflight, verl_runtime  # noqa: F401
+from treetune_verl.cpu_platform import device_fixes
 
 #: Module path to list in ``VERL_USE_EXTERNAL_MODULES``.
 BACKEND_MODULE = __name__
@@ -58,19 +61,6 @@ def _register_replica(module: ModuleType) -> None:
     module.RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_hf_replica)
 
 
-def _register_cpu_engines(module: ModuleType) -> None:
-    """Register verl's FSDP engines (the same classes as for cuda) for device ``cpu``."""
-    # SYNC WARNING: verl/workers/engine/fsdp/transformer_impl.py:FSDPEngineWithLMHead, FSDPEngineWithValueHead
-    # (l.850, l.1136: registered for devices cuda and npu only; EngineRegistry.get_engine_cls asserts the device)
-    from verl.workers.engine.base import EngineRegistry
-
-    for model_type, engine_cls in (
-        ("language_model", module.FSDPEngineWithLMHead),
-        ("value_model", module.FSDPEngineWithValueHead),
-    ):
-        EngineRegistry.register(model_type=model_type, backend=["fsdp", "fsdp2"], device="cpu")(engine_cls)
-
-
 def register_hf_rollout() -> None:
     """Make ``rollout.name=hf`` resolvable by verl (idempotent)."""
     patches.run_after_import("verl.workers.rollout.base", _register_rollout_class)
@@ -82,7 +72,8 @@ def setup() -> None:
     register_hf_rollout()
     if not preflight.accelerator_available():
         patches.apply_cpu_device_patches()
-        patches.run_after_import("verl.workers.engine.fsdp.transformer_impl", _register_cpu_engines)
+        transformer_impl = "verl.workers.engine.fsdp.transformer_impl"
+        patches.run_after_import(transformer_impl, device_fixes.register_fsdp_engines_for_cpu)
     patches.install_main_ppo_preflight()
 
 

@@ -102,7 +102,7 @@ class HFGenerationServer:
 
         self.model = AutoModelForCausalLM.from_pretrained(
             self.model_config.local_path,
-            torch_dtype=torch.float32,
+            dtype=torch.float32,
             attn_implementation="sdpa",
             trust_remote_code=self.model_config.trust_remote_code,
         )
@@ -292,12 +292,22 @@ class HFGenerationServer:
         while self._pending or (self._batcher is not None and not self._batcher.done()):
             await asyncio.sleep(self.batch_window_s)
 
-    async def abort_all_requests(self, reset_prefix_cache: bool = True) -> dict[str, Any]:
-        """Nothing is aborted: requests are short and always run to completion (no partial rollout)."""
+    async def abort_all_requests(self, reset_prefix_cache: bool = True, reject_request: bool = False) -> dict[str, Any]:
+        """Nothing is aborted: requests are short and always run to completion (no partial rollout).
+
+        ``reject_request`` (verl 0.9.1: fail requests arriving while generation is blocked) has nothing to act on:
+        generation is never blocked.
+        """
         return {"aborted_count": 0, "request_ids": []}
 
     async def abort_request(self, request_id: str, reset_prefix_cache: bool = True) -> dict[str, Any]:
         return {"aborted": False, "request_id": request_id}
+
+    async def release_kv_cache(self) -> None:
+        """No-op (verl 0.9.1, non-naive weight sync): there is no persistent KV cache to release."""
+
+    async def resume_kv_cache(self) -> None:
+        """No-op (verl 0.9.1): see :meth:`release_kv_cache`."""
 
     async def resume_generation(self) -> None:
         """No-op: generation is never paused."""
@@ -366,7 +376,9 @@ class HFServerAdapter(BaseRollout):
             self._server = ray.get_actor(server_actor_name(self.replica_rank))
         return self._server
 
-    async def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]], **kwargs) -> None:
+    async def update_weights(
+        self, weights: Iterable[tuple[str, torch.Tensor]], wire_format: str = "named_tensors", **kwargs
+    ) -> None:
         """Gather the full weights and load them into this replica's server.
 
         Every rank consumes the generator (yielding full tensors is a collective under FSDP); rank 0 of the
@@ -374,8 +386,15 @@ class HFServerAdapter(BaseRollout):
 
         Args:
             weights: ``(name, tensor)`` pairs from the engine's ``get_per_tensor_param``.
+            wire_format: ``named_tensors`` only (verl 0.9.1 also defines ``delta_flush``, for its delta checkpoint
+                engines; verl 0.7.1 never passes it).
             **kwargs: ``global_steps`` is forwarded; ``peft_config`` must be None (LoRA adapters are not supported).
         """
+        if wire_format != "named_tensors":
+            raise NotImplementedError(
+                f"The hf rollout loads full named tensors only, got wire_format={wire_format!r}; use the naive "
+                "checkpoint engine (actor_rollout_ref.rollout.checkpoint_engine.backend=naive, the default)."
+            )
         if kwargs.get("peft_config") is not None:
             raise NotImplementedError("The hf rollout does not support LoRA adapter sync; set lora.merge=True.")
         named_tensors = {name: tensor.detach().to("cpu").clone() for name, tensor in weights}

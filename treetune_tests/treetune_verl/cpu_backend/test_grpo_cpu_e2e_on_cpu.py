@@ -34,6 +34,7 @@ STEPS = 2
 
 
 @pytest.mark.e2e
+@pytest.mark.both_releases
 @pytest.mark.timeout(RUN_TIMEOUT_S + 120)
 def test_grpo_two_steps_on_engine_workers_with_kl_loss(tmp_path):
     assets_dir = build_tiny_assets(config=CONTEXT_SENSITIVE)  # log-probs that depend on their context, by nats
@@ -61,9 +62,13 @@ def test_grpo_two_steps_on_engine_workers_with_kl_loss(tmp_path):
     for step, values in metrics.items():
         for key in ("actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "timing_s/step", "timing_s/gen"):
             assert key in values and math.isfinite(values[key]), (step, key)
-        assert values["actor/grad_norm"] > 0
+        # A step whose groups all tie (every response scored -1: no advantage) and whose policy still equals the
+        # reference has nothing to follow (measured on verl 0.7.1: step 1, grad norm 0); any other step must move.
+        has_signal = values["critic/advantages/max"] > 0 or values["critic/advantages/min"] < 0
+        assert values["actor/grad_norm"] > 0 or not (has_signal or values["actor/kl_loss"] > 0), (step, values)
         assert values["training/rollout_probs_diff_max"] < 0.1
         assert abs(values["rollout_corr/kl"]) < 0.01, (step, values["rollout_corr/kl"])  # 3 nats with verl #6278
+    assert any(values["actor/grad_norm"] > 0 for values in metrics.values())
     assert metrics[STEPS]["actor/kl_loss"] > 0  # the reference model is on and the policy moved away from it
     # Step 2 rolled out with the weights after update 1: the server must have received them.
     assert metrics[STEPS]["training/rollout_actor_probs_pearson_corr"] > 0.9

@@ -15,6 +15,7 @@
 
 import asyncio
 import inspect
+import re
 
 import pytest
 import torch
@@ -24,7 +25,7 @@ from verl.workers.config import RolloutConfig
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 from treetune_scripts.make_tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
-from treetune_verl.cpu_backend.hf_server import HFGenerationServer
+from treetune_verl.cpu_backend.hf_server import HFGenerationServer, HFServerAdapter
 
 PROMPT_LENGTH, RESPONSE_LENGTH = 64, 12
 GREEDY = {"temperature": 0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
@@ -49,7 +50,9 @@ def prompts_for(server, count):
     tokenizer = server.model_config.tokenizer
     questions = ["What is 2 + 3?", "Tom has 7 pens and buys 5 more. How many pens?", "9 - 4 = ?", "1"]
     return [
-        tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True)
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
         for q in questions[:count]
     ]
 
@@ -127,24 +130,15 @@ def test_update_weights_rejects_names_the_model_does_not_have(server):
 
 
 def test_server_implements_every_lifecycle_call_of_the_replica_and_manager(server):
-    # calls verl 0.7.1 makes on server handles: RolloutReplica (replica.py) and vLLMReplica / CheckpointEngineManager
-    called = [
-        "wake_up",
-        "sleep",
-        "abort_all_requests",
-        "resume_generation",
-        "clear_kv_cache",
-        "start_profile",
-        "stop_profile",
-        "wait_for_requests_to_drain",
-        "abort_request",
-        "set_global_steps",
-    ]
+    # every call the installed verl's RolloutReplica makes on its server handles, read from its source
     replica_source = inspect.getsource(RolloutReplica)
-    for name in called:
-        assert inspect.iscoroutinefunction(getattr(server, name)), name
-    for name in ["wake_up", "sleep", "abort_all_requests", "resume_generation", "clear_kv_cache"]:
-        assert f"server.{name}.remote" in replica_source  # the list above is what upstream really calls
+    called_by_replica = set(re.findall(r"server\.(\w+)\.remote\(", replica_source))
+    assert {"wake_up", "sleep", "abort_all_requests", "resume_generation", "clear_kv_cache"} <= called_by_replica
+    # and what vLLMReplica / CheckpointEngineManager / the agent loop call on them
+    called_elsewhere = {"wait_for_requests_to_drain", "abort_request", "set_global_steps"}
+    for name in sorted(called_by_replica | called_elsewhere):
+        assert inspect.iscoroutinefunction(getattr(server, name, None)), name
+    forwards_reject = "abort_all_requests.remote(reject_request=" in replica_source  # verl 0.9.1
 
     async def exercise():
         await server.sleep()
@@ -152,11 +146,24 @@ def test_server_implements_every_lifecycle_call_of_the_replica_and_manager(serve
         await server.clear_kv_cache()
         await server.wait_for_requests_to_drain()
         await server.resume_generation()
-        return await server.abort_all_requests(), await server.abort_request("x")
+        aborted = await (
+            server.abort_all_requests(reject_request=True) if forwards_reject else server.abort_all_requests()
+        )
+        return aborted, await server.abort_request("x")
 
     aborted, single = asyncio.run(exercise())
     assert aborted == {"aborted_count": 0, "request_ids": []}
     assert single["aborted"] is False
+
+
+def test_adapter_refuses_a_weight_format_it_cannot_load():
+    adapter = object.__new__(HFServerAdapter)  # the check comes before any use of the adapter's state
+
+    async def sync():
+        await adapter.update_weights(iter([]), wire_format="delta_flush")
+
+    with pytest.raises(NotImplementedError, match="wire_format='delta_flush'"):
+        asyncio.run(sync())
 
 
 def test_multimodal_input_is_refused_with_a_clear_error(server):

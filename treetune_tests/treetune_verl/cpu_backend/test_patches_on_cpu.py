@@ -24,9 +24,16 @@ import torch
 
 import treetune_verl.cpu_backend  # noqa: F401  (applies the patches in this process, as in every Ray process)
 from treetune_verl import patches, preflight
-from treetune_verl.version import REQUIRED_VERL_VERSION
+from treetune_verl.cpu_platform.device_fixes import gloo_backend_for
+from treetune_verl.version import verl_is
 
 pytestmark = pytest.mark.skipif(preflight.accelerator_available(), reason="CPU-device patches apply only without one")
+
+if not preflight.accelerator_available():
+    from verl.utils.device import get_device_name
+
+    # verl asks for its device early in every process; on verl 0.9.1 that creates the CPU platform (and its fixes)
+    assert get_device_name() == "cpu"
 
 
 @pytest.mark.parametrize(
@@ -42,7 +49,7 @@ pytestmark = pytest.mark.skipif(preflight.accelerator_available(), reason="CPU-d
     ],
 )
 def test_gloo_backend_for(given, expected):
-    assert patches.gloo_backend_for(given) == expected
+    assert gloo_backend_for(given) == expected
 
 
 def test_init_process_group_with_the_verl_backend_string_works_on_cpu(tmp_path):
@@ -60,20 +67,23 @@ def test_init_process_group_with_the_verl_backend_string_works_on_cpu(tmp_path):
         dist.destroy_process_group()
 
 
-def test_pin_memory_is_a_no_op_and_torch_cpu_has_memory_stand_ins():
+def test_pin_memory_is_a_no_op_and_the_device_module_has_memory_stand_ins():
+    from verl.utils.device import get_torch_device
+
     tensor = torch.arange(4.0)
     assert tensor.pin_memory() is tensor
-    assert torch.cpu.memory_reserved() == 0 and torch.cpu.max_memory_allocated() == 0
-    free, total = torch.cpu.mem_get_info()
+    device = get_torch_device()  # 0.7.1: torch.cpu (patched); 0.9.1: the CPU platform's device module
+    assert device.memory_reserved() == 0 and device.max_memory_allocated() == 0
+    free, total = device.mem_get_info()
     assert 0 < free <= total
-    state = torch.cpu.get_rng_state()
+    state = device.get_rng_state()
     first = torch.rand(2)
-    torch.cpu.set_rng_state(state)
+    device.set_rng_state(state)
     torch.testing.assert_close(torch.rand(2), first)
 
     from verl.utils.memory_utils import aggressive_empty_cache
 
-    aggressive_empty_cache(force_sync=True)  # AttributeError on torch.cpu.memory_reserved without the patch
+    aggressive_empty_cache(force_sync=True)  # AttributeError on memory_reserved without the stand-ins
 
 
 def test_verl_pad_unpad_utils_work_without_flash_attn():
@@ -108,7 +118,12 @@ def test_validate_config_is_wrapped_with_the_preflight():
     from verl.utils import config as verl_config
 
     assert getattr(verl_config.validate_config, "_treetune_preflight", False)
-    assert {"gloo_process_group", "noop_pin_memory", "torch_cpu_memory_api"} <= patches.applied_patches()
+    device_patches = {"gloo_process_group", "noop_pin_memory", "torch_cpu_memory_api"}
+    if verl_is("0.7.1"):
+        assert device_patches <= patches.applied_patches()
+    else:  # the CPU platform does that job, without touching torch.cpu
+        assert not device_patches & patches.applied_patches()
+        assert not hasattr(torch.cpu, "memory_reserved")
 
 
 def test_verl_full_collections_are_no_ops_on_cpu_and_nowhere_else(monkeypatch):
@@ -119,21 +134,36 @@ def test_verl_full_collections_are_no_ops_on_cpu_and_nowhere_else(monkeypatch):
 
     calls = []
     monkeypatch.setattr(gc, "collect", lambda *args: calls.append(args) or 7)
-    assert transformer_impl.gc.collect() == 0 and memory_utils.gc.collect() == 0
+    assert memory_utils.gc.collect() == 0
+    if verl_is("0.7.1"):  # verl 0.9.1's engine no longer collects (no module-level gc)
+        assert transformer_impl.gc.collect() == 0
     assert calls == []
     # Every other attribute is the real module's, and gc.collect outside those verl modules still collects.
-    assert transformer_impl.gc.get_threshold() == gc.get_threshold()
+    assert memory_utils.gc.get_threshold() == gc.get_threshold()
     assert gc.collect() == 7 and calls == [()]
 
 
-def test_version_guard_refuses_another_verl(monkeypatch):
+def test_version_guard_refuses_an_unsupported_verl(monkeypatch):
     import treetune_verl.version as version
 
-    monkeypatch.setattr(version, "installed_verl_version", lambda: "0.9.1")
+    monkeypatch.setattr(version, "installed_verl_version", lambda: "0.8.0")
     applied = []
-    with pytest.raises(patches.VerlVersionMismatchError, match=f"verl=={REQUIRED_VERL_VERSION}.*0.9.1"):
+    with pytest.raises(patches.VerlVersionMismatchError, match=r"verl==0\.9\.1, verl==0\.7\.1, but verl==0\.8\.0"):
         patches._apply_once("a_test_patch", lambda: applied.append(True))
     assert applied == [] and "a_test_patch" not in patches.applied_patches()
+
+
+@pytest.mark.parametrize("release", ["0.9.1", "0.7.1"])
+def test_a_patch_for_one_release_is_skipped_on_the_other(monkeypatch, release):
+    import treetune_verl.version as version
+
+    monkeypatch.setattr(version, "installed_verl_version", lambda: release)
+    monkeypatch.setitem(patches.ONLY_ON_RELEASES, "a_071_test_patch", ("0.7.1",))
+    applied = []
+    patches._apply_once("a_071_test_patch", lambda: applied.append(True))
+    patches._apply_once("an_everywhere_test_patch", lambda: applied.append(False))
+    assert applied == ([True, False] if release == "0.7.1" else [False])
+    patches._APPLIED.difference_update({"a_071_test_patch", "an_everywhere_test_patch"})
 
 
 def test_run_after_import_runs_the_hook_after_the_module_body(tmp_path, monkeypatch):
@@ -160,10 +190,13 @@ def test_verl_plugin_hook_loads_the_backend_lightly_in_a_fresh_process():
         import verl
         light = [m for m in ("verl.workers.rollout.replica", "verl.workers.engine_workers", "ray") if m in sys.modules]
         import torch
+        from verl.utils.device import get_device_name
         from verl.workers.rollout.replica import get_rollout_replica_class
         tensor = torch.ones(1)
+        device = get_device_name()  # verl's first device query (on 0.9.1 it creates the CPU platform)
         print(json.dumps({
             "loaded": "treetune_verl.cpu_backend" in sys.modules,
+            "device": device,
             "heavy_modules_imported_by_the_hook": [m for m in light if m != "ray"],
             "replica": get_rollout_replica_class("hf").__name__,
             "pin_noop": tensor.pin_memory() is tensor,
@@ -176,6 +209,7 @@ def test_verl_plugin_hook_loads_the_backend_lightly_in_a_fresh_process():
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report == {
         "loaded": True,
+        "device": "cpu",
         "heavy_modules_imported_by_the_hook": [],
         "replica": "HFReplica",
         "pin_noop": True,
@@ -183,8 +217,11 @@ def test_verl_plugin_hook_loads_the_backend_lightly_in_a_fresh_process():
 
 
 def test_use_trainer_class_rebinds_the_class_task_runner_run_builds(monkeypatch):
-    import verl.trainer.main_ppo as main_ppo
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from treetune_verl.verl_compat import trainer_module
+
+    main_ppo = trainer_module()  # 0.9.1: main_ppo_v0; 0.7.1: main_ppo
 
     monkeypatch.setattr(main_ppo, "RayPPOTrainer", RayPPOTrainer)  # restored after the test
 
@@ -197,9 +234,11 @@ def test_use_trainer_class_rebinds_the_class_task_runner_run_builds(monkeypatch)
         patches.use_trainer_class(dict)
 
 
-def test_request_entropy_sets_the_flag_on_every_update_of_that_worker_group():
+def test_request_entropy_sets_the_flag_on_every_update_of_that_worker_group(monkeypatch):
     from tensordict import TensorDict
     from verl.utils import tensordict_utils as tu
+
+    import treetune_verl.version as version
 
     class FakeWorkerGroup:
         def __init__(self):
@@ -210,6 +249,10 @@ def test_request_entropy_sets_the_flag_on_every_update_of_that_worker_group():
             return "metrics"
 
     group, other = FakeWorkerGroup(), FakeWorkerGroup()
+    monkeypatch.setattr(version, "installed_verl_version", lambda: "0.9.1")
+    patches.request_entropy_in_actor_updates(group)
+    assert not hasattr(group.update_actor, "_treetune_entropy")  # verl 0.9.1 honours actor.calculate_entropy
+    monkeypatch.setattr(version, "installed_verl_version", lambda: "0.7.1")
     patches.request_entropy_in_actor_updates(group)
     patches.request_entropy_in_actor_updates(group)  # idempotent: wrapped once
     batch = TensorDict({"x": torch.zeros(2, 1)}, batch_size=[2])
@@ -246,14 +289,18 @@ def _no_padding_micro_batch(prompt_lens, response_lens):
 def test_no_padding_attention_mask_covers_each_whole_sequence():
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
-    assert "no_padding_attention_mask" in patches.applied_patches()
+    # verl 0.9.1 builds this mask right itself (PR #6345): the patch is 0.7.1-only, the assertions hold on both
+    assert ("no_padding_attention_mask" in patches.applied_patches()) == verl_is("0.7.1")
     prompt_lens, response_lens = [5, 2, 7], [3, 6, 3]  # sequences of 8, 8 and 10 tokens
     micro_batch = _no_padding_micro_batch(prompt_lens, response_lens)
-    engine = object.__new__(FSDPEngineWithLMHead)  # prepare_model_inputs reads nothing of the engine on this path
+    engine = object.__new__(FSDPEngineWithLMHead)  # prepare_model_inputs reads little of the engine on this path
+    engine.pad_to_length = False  # verl 0.9.1 reads it first
     model_inputs, _ = FSDPEngineWithLMHead.prepare_model_inputs(engine, micro_batch)
     expected = torch.tensor([[1] * 8 + [0] * 2, [1] * 8 + [0] * 2, [1] * 10])
     torch.testing.assert_close(model_inputs["attention_mask"].long(), expected)
     torch.testing.assert_close(model_inputs["input_ids"][2], torch.arange(3, 13))
+    if not verl_is("0.7.1"):
+        return
     # verl 0.7.1's own mask (the bug, #6278): as many ones as response tokens. When this assertion fails, upstream
     # has fixed it in this release and the patch can go (0.8.0 builds the mask from input_ids).
     upstream = FSDPEngineWithLMHead.prepare_model_inputs.__wrapped__
@@ -271,14 +318,14 @@ def test_a_patch_listed_in_treetune_skip_patches_is_not_applied_in_a_fresh_proce
     code = textwrap.dedent(
         """
         import treetune_verl.cpu_backend
-        import verl.workers.engine.fsdp.transformer_impl as impl
+        import verl.utils.config as verl_config
         from treetune_verl import patches
-        print(getattr(impl.FSDPEngineWithLMHead.prepare_model_inputs, "_treetune_full_mask", False))
-        print("no_padding_attention_mask" in patches.applied_patches())
+        print(getattr(verl_config.validate_config, "_treetune_preflight", False))
+        print("main_ppo_preflight" in patches.applied_patches())
         """
     )
-    env = {**os.environ, patches.SKIP_PATCHES_ENV: "no_padding_attention_mask"}
+    env = {**os.environ, patches.SKIP_PATCHES_ENV: "main_ppo_preflight"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[-2:] == ["False", "False"]
-    assert "patch 'no_padding_attention_mask' skipped" in proc.stdout
+    assert "patch 'main_ppo_preflight' skipped" in proc.stdout

@@ -77,10 +77,15 @@ def test_each_bad_input_is_reported_with_its_fix(make_config, override, expected
         check_run_config(make_config(override), accelerator=False)
 
 
-def test_fsdp1_on_legacy_workers_names_the_legacy_key(make_config):
+@pytest.mark.parametrize("release", ["0.9.1", "0.7.1"])
+def test_fsdp1_on_legacy_workers_names_the_legacy_key_where_they_exist(make_config, monkeypatch, release):
+    import treetune_verl.version as version
+
+    monkeypatch.setattr(version, "installed_verl_version", lambda: release)
     problems = problems_of(make_config("trainer.use_legacy_worker_impl=auto", "actor_rollout_ref.actor.strategy=fsdp"))
     key = "actor_rollout_ref.actor.strategy"
-    assert problems == [f"{key}=fsdp (FSDP1) needs an accelerator; set {key}=fsdp2."]
+    # verl 0.9.1 has engine workers only: the legacy key and strategy are not read
+    assert problems == ([f"{key}=fsdp (FSDP1) needs an accelerator; set {key}=fsdp2."] if release == "0.7.1" else [])
 
 
 def test_several_problems_are_reported_together(make_config):
