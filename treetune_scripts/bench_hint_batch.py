@@ -141,11 +141,15 @@ def per_row_hint_tensors(batch: DataProto, tokenizer, config: HintConfig, rows: 
             {"role": "system", "content": config.system},
             {"role": "user", "content": fill_user_template(config.user_template, question, solution)},
         ]
-        ids = list(tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True))
+        ids = list(
+            tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=False)
+        )
         if len(ids) > width:
             solution_ids = tokenizer.encode(solution, add_special_tokens=False)[len(ids) - width + 2 :]
             messages[1]["content"] = fill_user_template(config.user_template, question, tokenizer.decode(solution_ids))
-            ids = list(tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True))
+            ids = list(
+                tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=False)
+            )
         new_prompt = torch.tensor([pad] * (width - len(ids)) + ids)
         out["prompts"].append(new_prompt)
         out["input_ids"].append(torch.cat([new_prompt, responses]))

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The CPO actor loss for verl 0.7.1 engine workers: shape the advantages, then run upstream ``ppo_loss``.
+"""The CPO actor loss for verl's engine workers (0.9.1 and 0.7.1): shape the advantages, then run upstream ``ppo_loss``.
 
 Installed once by the trainer with
 ``actor_rollout_wg.set_loss_fn(functools.partial(cpo_ppo_loss, config=<ActorConfig>, cpo=<CPOConfig>))``; the
@@ -61,8 +61,8 @@ def cpo_ppo_loss(config, model_output: dict, data, dp_group=None, *, cpo):
     if model_output.get("entropy") is None:
         raise ValueError(
             "cpo_ppo_loss needs the current-policy entropy, but model_output has no 'entropy'. The update request "
-            "must carry calculate_entropy=True (verl 0.7.1's trainer only sets it when actor.entropy_coeff != 0; "
-            "the CPO trainer is responsible for requesting it)."
+            "must carry calculate_entropy=True: verl 0.9.1's trainer sends actor.calculate_entropy (the recipe sets "
+            "it), verl 0.7.1's only when actor.entropy_coeff != 0 (the CPO trainer then requests it itself)."
         )
     missing = [key for key in CPO_BATCH_KEYS if key not in data.keys()]
     if missing:

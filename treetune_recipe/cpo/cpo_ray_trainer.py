@@ -208,7 +208,8 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._compute_old_log_prob (steps 1-4 of the engine
         # path: tensordict, no padding, request flags, back to padding)
         request = left_right_2_no_padding(padded.to_tensordict())
-        tu.assign_non_tensor(request, calculate_entropy=False, compute_loss=False)
+        # Only the log-probs: no entropy, and no sum of squared probabilities (verl 0.9.1's optional output).
+        tu.assign_non_tensor(request, calculate_entropy=False, calculate_sum_pi_squared=False, compute_loss=False)
         actor = actor_rollout_ref.actor
         if actor.strategy in ("fsdp", "fsdp2") and not actor.fsdp_config.get("param_offload", False):
             # SYNC WARNING: verl/workers/engine/base.py:BaseEngineCtx._context_switch

@@ -13,21 +13,29 @@
 # limitations under the License.
 """The Ray TaskRunner of the CPO recipe.
 
-verl 0.7.1's ``TaskRunner.run`` builds the trainer from its module global ``RayPPOTrainer``. This subclass swaps that
-global for ``RayCPOTrainer`` inside its own Ray actor process (the one documented patch,
-``treetune_verl.patches.use_trainer_class``), makes verl's file logger append (``append_file_logger``: the
-driver already dropped the steps a resume recomputes) and otherwise reuses ``run`` unchanged: no copy of upstream code.
-It lives in an importable module (not ``__main__``) because Ray pickles the class by reference.
+verl's ``TaskRunner.run`` (0.9.1: ``main_ppo_v0``, the v0 path; 0.7.1: ``main_ppo``) builds the trainer from its
+module global ``RayPPOTrainer``. This subclass swaps that global for ``RayCPOTrainer`` inside its own Ray actor process
+(the one documented patch, ``treetune_verl.patches.use_trainer_class``), makes verl's file logger append
+(``append_file_logger``: the driver already dropped the steps a resume recomputes) and otherwise reuses ``run``
+unchanged: no copy of upstream code. Its base is the undecorated ``TaskRunner``
+(``treetune_verl.verl_compat.task_runner_base``). It lives in an importable module (not ``__main__``) because Ray
+pickles the class by reference.
 """
-
-from verl.trainer.main_ppo import TaskRunner
 
 from treetune_recipe.cpo.cpo_ray_trainer import RayCPOTrainer
 from treetune_verl.patches import append_file_logger, use_trainer_class
+from treetune_verl.verl_compat import task_runner_base
 
 
-class CPOTaskRunner(TaskRunner):
+class CPOTaskRunner(task_runner_base()):
     """``TaskRunner`` whose ``run`` trains with ``RayCPOTrainer`` and appends to the metrics file."""
+
+    def __init__(self):
+        # Defined here so that Ray finds ``__init__`` by reference. Inherited, it would be verl 0.9.1's
+        # ``TaskRunner.__init__``, which cloudpickle cannot find under its name (the module's ``TaskRunner`` is the
+        # Ray actor class): it would ship a copy of the function whose ``super()`` names a copy of the class, and fail
+        # with "super(type, obj): obj must be an instance or subtype of type".
+        super().__init__()
 
     def run(self, config):
         use_trainer_class(RayCPOTrainer)

@@ -23,6 +23,7 @@ from treetune_recipe.cpo.config import CPOConfig
 from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig
 from treetune_recipe.cpo.cpo_hint import HintConfig, hint_question, hint_solution, shortest_hint_prompt_lengths
 from treetune_verl.rollout_health import RolloutHealthConfig
+from treetune_verl.version import verl_is
 
 CPO_ESTIMATOR = "cpo"
 DEFAULT_QUESTION_KEY = next(f.default for f in dataclasses.fields(HintConfig) if f.name == "question_key")
@@ -33,18 +34,30 @@ def cpo_is_enabled(config) -> bool:
     return config.algorithm.adv_estimator == CPO_ESTIMATOR
 
 
+def check_trainer_path(config) -> None:
+    """The recipe's trainer, ``RayCPOTrainer``, is a ``RayPPOTrainer`` on engine workers: verl's v0 trainer path."""
+    if config.trainer.get("use_v1", False):
+        raise ValueError(
+            "trainer.use_v1=true selects verl's v1 trainer (PPOTrainerSync on TransferQueue), which this recipe does "
+            "not support yet: RayCPOTrainer runs on the v0 path (RayPPOTrainer). Set trainer.use_v1=false (the "
+            "recipe's default)."
+        )
+    if verl_is("0.7.1"):
+        worker_impl = config.trainer.get("use_legacy_worker_impl", "auto")
+        if worker_impl != "disable":
+            raise ValueError(
+                f"The recipe runs on verl's engine workers; got trainer.use_legacy_worker_impl={worker_impl}. "
+                "Set trainer.use_legacy_worker_impl=disable."
+            )
+
+
 def check_cpo_config(config) -> None:
-    """Reject configurations the CPO path cannot run with (no I/O)."""
+    """Reject configurations the recipe cannot run with (no I/O)."""
+    check_trainer_path(config)
     if not cpo_is_enabled(config):
         return
     if config.get("cpo") is None:
         raise ValueError("algorithm.adv_estimator=cpo needs the top-level `cpo:` block (use config cpo_trainer).")
-    worker_impl = config.trainer.get("use_legacy_worker_impl", "auto")
-    if worker_impl != "disable":
-        raise ValueError(
-            f"CPO runs on verl's engine workers; got trainer.use_legacy_worker_impl={worker_impl}. "
-            "Set trainer.use_legacy_worker_impl=disable."
-        )
     if not config.actor_rollout_ref.actor.get("calculate_entropy", False):
         raise ValueError(
             "CPO advantage wrappers read the current-policy token entropy; "

@@ -234,7 +234,7 @@ def test_data_schema(assets_dir, tokenizer, file_name, split, rows):
         assert match[4] == match[5] == row["reward_model"]["ground_truth"] == str(expected)
         assert 0 <= expected <= 20
 
-        prompt_ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+        prompt_ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
         assert len(prompt_ids) < 48
 
 

@@ -201,7 +201,9 @@ def rollout_batch(model_path: Path, tokenizer, seed: int = 0) -> DataProto:
     rows = pd.read_parquet(Path(model_path).parent / "data" / "train.parquet").iloc[seed * BATCH : seed * BATCH + BATCH]
     gen = torch.Generator().manual_seed(seed)
     prompts = [
-        tokenizer.apply_chat_template([dict(m) for m in messages], add_generation_prompt=True, tokenize=True)
+        tokenizer.apply_chat_template(
+            [dict(m) for m in messages], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
         for messages in rows["prompt"][::2].tolist()
         for _ in range(2)
     ]

@@ -109,6 +109,7 @@ def run_cpo(assets_dir, run_dir, *, steps, extra=(), timeout_s=RUN_TIMEOUT_S):
 
 
 @pytest.mark.e2e
+@pytest.mark.both_releases
 @pytest.mark.timeout(RUN_TIMEOUT_S + 120)
 def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(context_sensitive_assets_dir, tmp_path):
     import torch
@@ -241,6 +242,12 @@ def test_train_data_without_solutions_stops_at_start_up(assets_dir, tmp_path):
     frame.to_parquet(no_solution)
     output = start_cpo(assets_dir, tmp_path, f"data.train_files={no_solution}")
     assert "data.train_files" in output and "extra_info.solution" in output and "row 0" in output
+
+
+@pytest.mark.e2e
+def test_v1_trainer_stops_at_start_up_saying_it_is_not_supported(assets_dir, tmp_path):
+    output = start_cpo(assets_dir, tmp_path, "trainer.use_v1=true")
+    assert "trainer.use_v1=true selects verl's v1 trainer" in output and "Set trainer.use_v1=false" in output
 
 
 @pytest.mark.e2e

@@ -13,8 +13,9 @@
 # limitations under the License.
 """Hint-guided batch (treetune_recipe/cpo/cpo_hint.py) on locally built tokenizers of four template families.
 
-Expected prompts come from transformers' own ``apply_chat_template(..., tokenize=True)`` on hand-written messages,
-positions from verl's ``compute_position_id_with_mask``, and response alignment from verl's own padding helpers.
+Expected prompts come from transformers' own ``apply_chat_template(..., tokenize=True, return_dict=False)`` on
+hand-written messages, positions from verl's ``compute_position_id_with_mask``, and response alignment from verl's own
+padding helpers.
 """
 
 import importlib.util
@@ -64,7 +65,11 @@ def _expected_prompt_ids(tokenizer, question, solution, system=SYSTEM, **templat
     if tokenizer.chat_template is None:
         return tokenizer(f"{system}\n\n{user}\n\n")["input_ids"]
     messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-    return list(tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, **template_kwargs))
+    return list(
+        tokenizer.apply_chat_template(
+            messages, tokenize=True, add_generation_prompt=True, return_dict=False, **template_kwargs
+        )
+    )
 
 
 def _pad_id(tokenizer) -> int:
@@ -80,7 +85,9 @@ def make_batch(tokenizer, problems, n=4, prompt_width=96, response_width=24, see
         if tokenizer.chat_template is None:
             prompt_ids = tokenizer(messages[0]["content"])["input_ids"]
         else:
-            prompt_ids = list(tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True))
+            prompt_ids = list(
+                tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=False)
+            )
         assert len(prompt_ids) <= prompt_width
         extra = extra_infos[k] if extra_infos is not None else dict(problem)
         uid = str(uuid.UUID(int=k + 1))
@@ -365,7 +372,9 @@ def test_no_system_message(family):
             expected = tokenizer(f"{user}\n\n")["input_ids"]
         else:
             messages = [{"role": "user", "content": user}]
-            expected = list(tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True))
+            expected = list(
+                tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=False)
+            )
         assert _valid_prompt(hint_batch, row) == expected
 
 

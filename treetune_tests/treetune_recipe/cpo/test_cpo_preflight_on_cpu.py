@@ -43,7 +43,7 @@ def test_grpo_estimator_turns_cpo_off_and_skips_its_checks():
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("trainer.use_legacy_worker_impl=auto", "trainer.use_legacy_worker_impl=disable"),
+        ("trainer.use_v1=true", "Set trainer.use_v1=false"),
         ("actor_rollout_ref.actor.calculate_entropy=false", "calculate_entropy=true"),
         ("cpo.wrap_method=seqkl", "Unknown cpo.wrap_method 'seqkl'"),
         ("cpo.cpo_lambda=1.0", "cpo_lambda"),
@@ -56,6 +56,19 @@ def test_bad_cpo_settings_are_rejected_naming_the_fix(override, message):
     with pytest.raises(ValueError) as error:
         check_cpo_config(cpo_config(override))
     assert message in str(error.value)
+
+
+@pytest.mark.parametrize("release", ["0.9.1", "0.7.1"])
+def test_legacy_workers_are_refused_on_the_release_that_has_them(monkeypatch, release):
+    import treetune_verl.version as version
+
+    monkeypatch.setattr(version, "installed_verl_version", lambda: release)
+    config = cpo_config("trainer.use_legacy_worker_impl=auto")
+    if release == "0.7.1":
+        with pytest.raises(ValueError, match="Set trainer.use_legacy_worker_impl=disable"):
+            check_cpo_config(config)
+    else:  # verl 0.9.1 has engine workers only and ignores the key
+        check_cpo_config(config)
 
 
 def test_run_check_requires_solutions_only_when_the_hint_needs_them(tmp_path):

@@ -243,11 +243,13 @@ def test_hinted_pass_sends_the_same_batching_flags_as_the_old_log_prob_pass(monk
     ignore = {"max_seq_len", "indices", "global_token_num"}  # widths and token counts of each batch
     assert {"calculate_entropy", "compute_loss", "temperature"} <= set(flags(hinted))
     assert flags(plain)["calculate_entropy"] is True
-    # The differences: CPO reads the entropy of the plain pass only, and with resident parameters the hinted pass
-    # skips the engine's offload switch.
+    # The differences: CPO reads the entropy of the plain pass only, needs no sum of squared probabilities (verl
+    # 0.9.1 asks for it in the plain pass when configured), and with resident parameters the hinted pass skips the
+    # engine's offload switch.
     assert {k: v for k, v in flags(hinted).items() if k not in ignore} == {
         **{k: v for k, v in flags(plain).items() if k not in ignore},
         "calculate_entropy": False,
+        "calculate_sum_pi_squared": False,
         "disable_auto_offload": True,
     }
     # No batching knob is set by the caller: the worker applies the actor's own (dynamic batch size, token budget).
