@@ -13,11 +13,27 @@
 # limitations under the License.
 """The agent docs (``CLAUDE.md``, ``AGENTS.md``, ``agent-docs/*.md``) name only things that exist.
 
+**Citing a verl release.** The project supports several verl releases (``treetune_verl/VERL_VERSION``, default
+first). A reference to verl is checked against the files of exactly one release, whatever release this interpreter
+has installed:
+
+- no prefix (``verl/trainer/main_ppo_v0.py:151``, ``verl.workers.utils.losses:ppo_loss``, ``pkg://verl...``,
+  ``python -m verl...``): the **default release** (first line of ``VERL_VERSION``, today 0.9.1);
+- a release prefix ``<release>:`` before a verl path or module (``0.7.1:verl/trainer/main_ppo.py:343``,
+  ``0.7.1:verl.trainer.main_ppo:TaskRunner``): that release, which must be listed in ``VERL_VERSION``.
+
+The files of a release are found, in this order: the installed verl when it is that release; the site-packages of
+the release's own environment (``.venv`` for the default, ``.venv-verl<release>`` for another) when it holds
+``verl-<release>.dist-info``; else the wheel, downloaded once with ``pip download --no-deps verl==<release>`` and
+unpacked under ``.cache/verl_releases/<release>/`` (needs the package index; on a fresh CI clone the 0.9.1 tier
+runs before ``.venv-verl0.7.1`` exists). Config keys are checked against the composed recipe config (installed verl)
+and the default release's ``ppo_trainer``.
+
 Every inline backtick span outside fenced code blocks is classified by the first rule that matches:
 
 1. **command** – starts with ``make``, ``python -m``, ``python3 -m``, ``.venv/bin/python -m`` or ``bash`` (after
    optional ``VAR=value`` prefixes): the make target must be a rule of the Makefile, the ``-m`` module must resolve
-   (third-party: its top-level package),
+   (third-party: its top-level package; ``verl``: in the default release),
    the ``bash`` script must exist. Lines of fenced code blocks get the same command check (and nothing else).
 2. **override** – ``[+|++]key=value`` without spaces whose key starts with a config root (or ``platform``): the key
    (``key=``), its parent (``+key=`` / ``++key=``) or the option file (``platform=cpu`` ->
@@ -29,19 +45,21 @@ Every inline backtick span outside fenced code blocks is classified by the first
    must appear as a string literal in the project's code; verl's own metrics and patterns (``cpo/...``, ``cpo/*``) are
    skipped (verl builds many names dynamically).
 5. **skipped snippet** – any other span with whitespace or one of ``<>*{}[]()$|"',=@``: code, placeholders, globs.
-6. **verl path** – starts with ``verl/``: a file or folder of the installed verl package; an optional suffix
+6. **verl path** – ``[<release>:]verl/...``: a file or folder of that release's verl package; an optional suffix
    ``:N``/``:N-M`` must be within the file, ``:Name`` or ``:Class.method`` must be defined in it (``ast``).
 7. **repo path** – contains ``/`` or ends with a known file extension: relative to the repository root, same suffix
    rules. Paths created at run time (``outputs/``, ``.cache/``, ``.venv/``, ``checkpoints/``, absolute paths) and
-   the run-time file names in ``RUNTIME_FILES`` are skipped. A bare file name must exist somewhere in the repository.
-8. **module** – dotted name rooted at ``treetune_verl``, ``treetune_recipe``, ``treetune_scripts`` or ``verl``
-   (optionally ``module:attr``): resolved statically to a source file, the rest of the name must be defined in it.
+   the run-time file names in ``RUNTIME_FILES`` are skipped. A bare file name must exist somewhere in the repository
+   (or in the default release's verl).
+8. **module** – dotted name rooted at ``treetune_verl``, ``treetune_recipe``, ``treetune_scripts`` or
+   ``[<release>:]verl`` (optionally ``module:attr``): resolved statically to a source file, the rest of the name must
+   be defined in it.
 9. **config key** – dotted name rooted at a top-level key of the composed config: must exist in the composed
-   ``cpo_trainer`` config with ``platform=cpu`` or in verl's ``ppo_trainer``.
+   ``cpo_trainer`` config with ``platform=cpu`` or in the default release's ``ppo_trainer``.
 10. anything else (identifiers, values, file extensions, environment variables, Hydra's own ``hydra.*`` keys) is
     skipped.
 
-Names that exist only in other verl releases must therefore not be written in backticks.
+A name that exists only in a non-default release is therefore written with its release prefix, or without backticks.
 """
 
 from __future__ import annotations
@@ -49,15 +67,24 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+import os
 import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
+from treetune_verl.version import DEFAULT_VERL_VERSION, SUPPORTED_VERL_VERSIONS, installed_verl_version
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-VERL_PACKAGE_DIR = Path(importlib.util.find_spec("verl").origin).parent
+INSTALLED_VERL_DIR = Path(importlib.util.find_spec("verl").origin).parent
+RELEASES_CACHE = REPO_ROOT / ".cache" / "verl_releases"
 MODULE_ROOTS = {"treetune_verl": REPO_ROOT, "treetune_recipe": REPO_ROOT, "treetune_scripts": REPO_ROOT}
 METRIC_NAMESPACES = {
     "actor",
@@ -96,6 +123,87 @@ _ENV_PREFIX = re.compile(r"^(?:[A-Z_][A-Z0-9_]*=\S*\s+)+")
 _OVERRIDE = re.compile(r"^(\+{0,2})([A-Za-z_][\w.]*)=(.*)$")
 _SUFFIX = re.compile(r"^(?P<path>[^:]+)(?::(?P<suffix>[\w.\-]+))?$")
 _LINE_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_RELEASE_PREFIX = re.compile(r"^(?P<release>\d+(?:\.\d+)+):(?P<ref>verl[/.].*)$")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The files of each supported verl release
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+class ReleaseFilesUnavailable(RuntimeError):
+    """The files of a verl release cited by the docs could not be found or downloaded."""
+
+
+def _site_packages_verl(venv: Path, release: str) -> Path | None:
+    """``verl`` folder of ``venv`` when that environment has verl ``release`` installed."""
+    for site_packages in sorted(venv.glob("lib/python*/site-packages")):
+        if (site_packages / f"verl-{release}.dist-info").is_dir() and (site_packages / "verl").is_dir():
+            return site_packages / "verl"
+    return None
+
+
+def _unpacked_wheel(release: str, cache: Path) -> Path:
+    """``verl`` folder of the ``verl==release`` wheel, downloaded with pip and unpacked under ``cache`` once."""
+    target = cache / release
+    if (target / "verl" / "__init__.py").is_file():
+        return target / "verl"
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:"]
+        command += ["-d", tmp, f"verl=={release}"]
+        result = subprocess.run(command, capture_output=True, text=True)
+        wheels = sorted(Path(tmp).glob(f"verl-{release}-*.whl"))
+        if result.returncode != 0 or not wheels:
+            raise ReleaseFilesUnavailable(
+                f"The docs cite verl {release}, whose files are not installed here and could not be downloaded "
+                f"({' '.join(command)} failed: {result.stderr.strip()[-500:]}). Install that release "
+                f"(make install VERL={release}) or give pip access to the package index."
+            )
+        unpacked = Path(tmp) / "unpacked"
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            wheel.extractall(unpacked, [name for name in wheel.namelist() if name.startswith("verl/")])
+        if (target / "verl" / "__init__.py").is_file():  # another process unpacked it meanwhile
+            return target / "verl"
+        if target.exists():  # an incomplete earlier copy
+            shutil.rmtree(target)
+        os.replace(unpacked, target)
+    return target / "verl"
+
+
+_RELEASE_DIRS: dict[str, Path | ReleaseFilesUnavailable] = {}
+
+
+def verl_release_dir(release: str) -> Path:
+    """The ``verl`` package folder of a supported ``release`` (see the module docstring for the search order).
+
+    The answer, or the failure, is kept for the session: a failed download is tried once, not once per citation.
+
+    Raises:
+        ReleaseFilesUnavailable: ``release`` is not supported, or its files are nowhere and the download failed.
+    """
+    if release not in _RELEASE_DIRS:
+        try:
+            if release not in SUPPORTED_VERL_VERSIONS:
+                supported = ", ".join(SUPPORTED_VERL_VERSIONS)
+                raise ReleaseFilesUnavailable(f"verl {release} is not a supported release ({supported})")
+            if installed_verl_version() == release:
+                _RELEASE_DIRS[release] = INSTALLED_VERL_DIR
+            else:
+                venv = REPO_ROOT / (".venv" if release == DEFAULT_VERL_VERSION else f".venv-verl{release}")
+                _RELEASE_DIRS[release] = _site_packages_verl(venv, release) or _unpacked_wheel(release, RELEASES_CACHE)
+        except ReleaseFilesUnavailable as error:
+            _RELEASE_DIRS[release] = error
+    found = _RELEASE_DIRS[release]
+    if isinstance(found, ReleaseFilesUnavailable):
+        raise found
+    return found
+
+
+def split_release(span: str) -> tuple[str | None, str]:
+    """``("0.7.1", "verl/x.py:3")`` for ``0.7.1:verl/x.py:3``; ``(None, span)`` without a release prefix."""
+    match = _RELEASE_PREFIX.match(span)
+    return (match.group("release"), match.group("ref")) if match else (None, span)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -108,8 +216,11 @@ class Context:
     """What references are checked against."""
 
     repo_root: Path
-    verl_dir: Path
-    configs: tuple  # composed DictConfigs: (cpo_trainer + platform=cpu, verl ppo_trainer)
+    configs: tuple  # composed DictConfigs: (cpo_trainer + platform=cpu, the default release's ppo_trainer)
+
+    def verl_dir(self, release: str | None = None) -> Path:
+        """``verl`` package folder of ``release`` (None: the default release)."""
+        return verl_release_dir(release or DEFAULT_VERL_VERSION)
 
     @functools.cached_property
     def config_roots(self) -> set[str]:
@@ -141,6 +252,9 @@ def classify(span: str, config_roots: set[str]) -> str:
         return "metric"
     if re.fullmatch(r"\.\w+", span):
         return "other"  # a file extension
+    release, rest = split_release(span)
+    if release is not None and not any(ch.isspace() for ch in rest) and not SNIPPET_CHARS & set(rest):
+        return "verl_path" if rest.startswith("verl/") else "module"
     if any(ch.isspace() for ch in span) or SNIPPET_CHARS & set(span):
         return "snippet"
     if span.startswith("verl/"):
@@ -206,10 +320,13 @@ def _check_file_ref(base: Path, ref: str) -> str | None:
     return None if suffix in "\n".join(lines) else f"{suffix} does not occur in {path}"
 
 
-def _module_file(module: str, context: Context) -> tuple[Path | None, str]:
-    """(source file of the longest importable prefix of ``module``, the rest of the dotted name)."""
+def _module_file(module: str, context: Context, release: str | None = None) -> tuple[Path | None, str]:
+    """(source file of the longest importable prefix of ``module``, the rest of the dotted name).
+
+    ``verl`` modules are looked up in ``release`` (None: the default release).
+    """
     parts = module.split(".")
-    base = context.verl_dir.parent if parts[0] == "verl" else MODULE_ROOTS.get(parts[0], context.repo_root)
+    base = context.verl_dir(release).parent if parts[0] == "verl" else MODULE_ROOTS.get(parts[0], context.repo_root)
     for end in range(len(parts), 0, -1):
         stem = base.joinpath(*parts[:end])
         for candidate in (stem.with_suffix(".py"), stem / "__init__.py"):
@@ -221,8 +338,9 @@ def _module_file(module: str, context: Context) -> tuple[Path | None, str]:
 
 
 def _check_module(span: str, context: Context) -> str | None:
+    release, span = split_release(span)
     module, _, attr = span.partition(":")
-    path, rest = _module_file(module, context)
+    path, rest = _module_file(module, context, release)
     if path is None or (attr and rest):
         return f"module {module} not found"
     symbol = ".".join(part for part in (rest, attr) if part)
@@ -293,16 +411,22 @@ def _check_repo_path(span: str, context: Context) -> str | None:
         return None
     if "/" not in path and path != "Makefile":
         found = any(context.repo_root.glob(f"treetune_*/**/{path}")) or (context.repo_root / path).exists()
-        found = found or any(context.repo_root.glob(f"agent-docs/{path}")) or any(context.verl_dir.rglob(path))
+        found = found or any(context.repo_root.glob(f"agent-docs/{path}")) or any(context.verl_dir().rglob(path))
         return None if found else f"no file named {path} in the repository or in verl"
     return _check_file_ref(context.repo_root, span)
+
+
+def _check_verl_path(span: str, context: Context) -> str | None:
+    release, ref = split_release(span)
+    problem = _check_file_ref(context.verl_dir(release).parent, ref)
+    return f"{problem} (verl {release or DEFAULT_VERL_VERSION})" if problem else None
 
 
 CHECKS = {
     "command": _check_command,
     "override": _check_override,
     "metric": _check_metric,
-    "verl_path": lambda span, context: _check_file_ref(context.verl_dir.parent, span),
+    "verl_path": _check_verl_path,
     "repo_path": _check_repo_path,
     "module": _check_module,
     "pkg": lambda span, context: _check_module(span.removeprefix("pkg://").replace("/", "."), context),
@@ -332,7 +456,10 @@ def check_doc_text(text: str, context: Context, name: str = "<doc>") -> list[str
             problem = _check_command(span, context) if span.strip().startswith(COMMAND_PREFIXES) else None
         else:
             kind = classify(span, context.config_roots)
-            problem = CHECKS[kind](span, context) if kind in CHECKS else None
+            try:
+                problem = CHECKS[kind](span, context) if kind in CHECKS else None
+            except ReleaseFilesUnavailable as error:
+                problem = str(error)
         if problem:
             problems.append(f"{name}:{number}: `{span}`: {problem}")
     return problems
@@ -368,9 +495,10 @@ def context() -> Context:
 
     with initialize_config_dir(config_dir=str(REPO_ROOT / "treetune_recipe" / "cpo" / "config"), version_base=None):
         cpo = compose(config_name="cpo_trainer", overrides=["platform=cpu"])
-    with initialize_config_dir(config_dir=str(VERL_PACKAGE_DIR / "trainer" / "config"), version_base=None):
+    default_verl_config = verl_release_dir(DEFAULT_VERL_VERSION) / "trainer" / "config"
+    with initialize_config_dir(config_dir=str(default_verl_config), version_base=None):
         ppo = compose(config_name="ppo_trainer")
-    return Context(repo_root=REPO_ROOT, verl_dir=VERL_PACKAGE_DIR, configs=(cpo, ppo))
+    return Context(repo_root=REPO_ROOT, configs=(cpo, ppo))
 
 
 def agent_docs() -> list[Path]:
@@ -427,9 +555,17 @@ Good: `treetune_verl/patches.py`, `treetune_verl/patches.py:use_trainer_class`, 
 `actor/cpo/adv_delta_absmean/{correct,wrong}`, `timing_s/cpo_gw_log_prob`, `critic/score/mean`, `make demo`,
 `python -m treetune_scripts.run_demo --steps 2`, `pkg://verl.trainer.config`, `<placeholder>`, `cpo.hint.*`,
 `RayCPOTrainer`, `train.log`.
+Releases: `verl/trainer/main_ppo_v0.py:TaskRunner.run`, `0.9.1:verl/trainer/main_ppo_v0.py:136-137`,
+`verl.trainer.main_ppo_v0:TaskRunner`, `0.7.1:verl/trainer/main_ppo.py:TaskRunner.run`,
+`0.7.1:verl/trainer/main_ppo.py:343`, `0.7.1:verl.trainer.main_ppo:TaskRunner`,
+`0.7.1:verl/workers/fsdp_workers.py:AsyncActorRolloutRefWorker`.
 Bad: `treetune_verl/no_such_file.py`, `verl/trainer/ppo/ray_trainer.py:999999`, `treetune_verl/patches.py:nope`,
 `treetune_recipe.cpo.no_such_module`, `verl.workers.utils.losses:no_such_loss`, `cpo.hint.no_such_key`,
 `platform=gpu`, `actor/cpo/no_such_metric`, `make no-such-target`, `no_such_file.yaml`, `pkg://treetune_verl.nope`.
+Bad releases: `verl/trainer/main_ppo.py:TaskRunner`, `0.9.1:verl/workers/fsdp_workers.py`,
+`0.7.1:verl/trainer/main_ppo_v0.py`, `0.7.1:verl/trainer/main_ppo.py:999`,
+`0.7.1:verl/trainer/main_ppo.py:TaskRunnerV1`, `0.7.1:verl.trainer.main_ppo_v0:TaskRunner`,
+`0.8.0:verl/trainer/main_ppo.py`.
 ```bash
 make test
 python -m treetune_scripts.no_such_script
@@ -447,6 +583,13 @@ FAKE_BAD = [
     "make no-such-target",
     "no_such_file.yaml",
     "pkg://treetune_verl.nope",
+    "verl/trainer/main_ppo.py:TaskRunner",
+    "0.9.1:verl/workers/fsdp_workers.py",
+    "0.7.1:verl/trainer/main_ppo_v0.py",
+    "0.7.1:verl/trainer/main_ppo.py:999",
+    "0.7.1:verl/trainer/main_ppo.py:TaskRunnerV1",
+    "0.7.1:verl.trainer.main_ppo_v0:TaskRunner",
+    "0.8.0:verl/trainer/main_ppo.py",
     "python -m treetune_scripts.no_such_script",
 ]
 
@@ -476,6 +619,9 @@ def test_checker_rejects_missing_or_incomplete_front_matter():
         ("functools.partial(cpo_ppo_loss, ...)", "snippet"),
         ("<model dir>", "snippet"),
         ("verl/protocol.py:DataProto", "verl_path"),
+        ("0.7.1:verl/trainer/main_ppo.py:343", "verl_path"),
+        ("0.7.1:verl.trainer.main_ppo:TaskRunner", "module"),
+        ("0.7.1: verl/trainer/main_ppo.py", "snippet"),
         ("Makefile", "repo_path"),
         ("treetune_verl.preflight", "module"),
         ("trainer.use_legacy_worker_impl", "config_key"),
@@ -486,3 +632,16 @@ def test_checker_rejects_missing_or_incomplete_front_matter():
 def test_span_classification(span, kind):
     roots = {"trainer", "actor_rollout_ref", "cpo", "data", "ray_kwargs"}
     assert classify(span, roots) == kind
+
+
+def test_release_files_are_found_per_release(tmp_path):
+    for release in SUPPORTED_VERL_VERSIONS:
+        folder = verl_release_dir(release)
+        assert (folder.parent / f"verl-{release}.dist-info").is_dir() or folder.is_relative_to(RELEASES_CACHE)
+    with pytest.raises(ReleaseFilesUnavailable, match="not a supported release"):
+        verl_release_dir("0.8.0")
+    site_packages = tmp_path / "lib" / "python3.11" / "site-packages"
+    (site_packages / "verl").mkdir(parents=True)
+    (site_packages / "verl-0.7.1.dist-info").mkdir()
+    assert _site_packages_verl(tmp_path, "0.7.1") == site_packages / "verl"
+    assert _site_packages_verl(tmp_path, "0.9.1") is None  # another release's environment is not used
