@@ -169,8 +169,6 @@ def run_once(name: str, steps: int, work_dir: Path, overrides: list[str]) -> dic
         total_training_steps=steps,
         experiment_name=name,
         timeout_s=1200,
-        # A fresh local Ray instance per run: without it ray.init joins any cluster started on the machine.
-        env={"RAY_ADDRESS": "local"},
     )
     if run.returncode != 0:
         raise SystemExit(f"{name} run failed (exit {run.returncode}); its folder is kept, log: {run.log_path}")

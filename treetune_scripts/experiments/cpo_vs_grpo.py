@@ -294,8 +294,7 @@ def main(argv: list[str] | None = None) -> int:
                     total_training_steps=schedule.steps,
                     experiment_name=name,
                     timeout_s=args.run_timeout,
-                    # RAY_ADDRESS=local: always a fresh Ray instance, never another user's cluster on a shared box.
-                    env={"VERL_FILE_LOGGER_PATH": str(run_dir / METRICS_FILE), "RAY_ADDRESS": "local"},
+                    env={"VERL_FILE_LOGGER_PATH": str(run_dir / METRICS_FILE)},
                     echo=lambda line, name=name: _echo(name, condense(line)),
                 )
                 if run.returncode != 0:

@@ -98,7 +98,6 @@ def test_a_failed_run_keeps_its_folder_and_names_an_existing_log(monkeypatch, tm
     launched = []
 
     def failing_launch(overrides, log_path, **kwargs):
-        assert kwargs["env"] == {"RAY_ADDRESS": "local"}  # never joins another Ray cluster on the machine
         launched.append(overrides)
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         Path(log_path).write_text("Traceback: boom\n")

@@ -143,7 +143,9 @@ def launch_training(
     """Run ``python -m <entry_module> --config-path <config_dir> --config-name <config_name> <overrides>``.
 
     Output is written to ``log_path`` and, line by line, passed to ``echo``. On timeout the process and all its
-    descendants (the Ray cluster it started) are killed.
+    descendants (the Ray cluster it started) are killed. The run starts its own Ray instance (``RAY_ADDRESS=local``)
+    unless ``env`` names a cluster: a plain ``ray.init()`` would otherwise join whatever cluster ``RAY_ADDRESS`` or
+    the machine's last ``ray start`` points to, and then refuse the run's ``ray_init`` resources.
 
     Args:
         overrides: Hydra overrides.
@@ -152,7 +154,7 @@ def launch_training(
         config_dir: ``--config-path`` (absolute).
         config_name: ``--config-name``.
         timeout_s: kill the run after this many seconds (None: no limit).
-        env: extra environment variables.
+        env: extra environment variables (``RAY_ADDRESS`` here attaches the run to that cluster).
         echo: called with each output line (without newline), e.g. ``print``.
         cwd: working directory (Hydra writes its ``outputs/`` folder there unless ``hydra.run.dir`` is set).
         sample_s: memory sampling period.
@@ -165,7 +167,7 @@ def launch_training(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", entry_module, "--config-path", str(Path(config_dir).resolve())]
     command += ["--config-name", config_name, *overrides]
-    process_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    process_env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_ADDRESS": "local", **(env or {})}
     start = time.monotonic()
     peak = 0
     timed_out = False

@@ -25,6 +25,7 @@ import math
 
 import pytest
 import ray
+from ray._common.utils import reset_ray_address
 from ray.cluster_utils import Cluster
 
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
@@ -78,6 +79,9 @@ def two_node_run(tmp_path_factory):
         yield dict(run=run, metrics=metrics, node_ids=node_ids, actors=actors)
     finally:
         cluster.shutdown()
+        # Cluster wrote its address to Ray's ray_current_cluster file; a later plain ray.init() on this machine
+        # would try to join that dead cluster.
+        reset_ray_address()
         monkeypatch.undo()
 
 

@@ -94,8 +94,6 @@ def run_grpo(warm_dir: Path, run_dir: Path, *, seed: int = SEED, steps: int = ST
         total_training_steps=steps,
         experiment_name=f"grpo_learns_seed{seed}",
         timeout_s=RUN_TIMEOUT_S,
-        # RAY_ADDRESS=local: always a fresh Ray instance, never another job's cluster on a shared box.
-        env={"RAY_ADDRESS": "local"},
     )
     log_tail = "\n".join(run.log_path.read_text().splitlines()[-60:])
     assert not run.timed_out, f"run exceeded {RUN_TIMEOUT_S} s:\n{log_tail}"
