@@ -269,7 +269,7 @@ def _patch_keep_actor_on_device_after_weight_sync(module: ModuleType) -> None:
     Fixed upstream after 0.7.1 (verl PR #4777). On CPU the move is a no-op.
     """
     # SYNC WARNING: verl/workers/engine_workers.py:ActorRolloutRefWorker.update_weights (l.670, unconditional offload)
-    # SYNC WARNING: verl/workers/engine/base.py:BaseEngineCtx._context_switch (l.242-252, reload only with offload)
+    # SYNC WARNING: verl/workers/engine/base.py:BaseEngineCtx._context_switch (l.242-253, reload only with offload)
     worker_cls = module.ActorRolloutRefWorker
     original = worker_cls.update_weights
     if getattr(original, "_treetune_keep_on_device", False):
@@ -366,8 +366,11 @@ def _patch_validate_config_preflight(module: ModuleType) -> None:
     not work: with ``python -m`` the class lives in ``__main__`` and Ray ships it by value, unpatched.
     Entry points of this project call :func:`treetune_verl.preflight.check_run_config` before ``ray.init`` as well.
     """
-    # SYNC WARNING: verl/utils/config.py:validate_config (l.74, signature (config, use_reference_policy, use_critic))
-    # SYNC WARNING: verl/trainer/main_ppo.py:TaskRunner.run (l.299, the only caller, before copy_to_local)
+    # SYNC WARNING: verl/utils/config.py:validate_config (0.9.1 l.88, 0.7.1 l.74, signature (config,
+    # use_reference_policy, use_critic))
+    # SYNC WARNING: verl/trainer/main_ppo_v0.py:TaskRunner.run (0.9.1 l.179, before init_resource_pool_mgr; 0.9.1's
+    # main_ppo.py:main also calls it on the driver, l.177) and 0.7.1 verl/trainer/main_ppo.py:TaskRunner.run (l.299,
+    # the only caller, before copy_to_local)
     original = module.validate_config
     if getattr(original, "_treetune_preflight", False):
         return
@@ -465,8 +468,10 @@ def append_file_logger() -> None:
     the file beforehand on the driver (``treetune_verl.run_folder.keep_metrics_up_to``), so no step is duplicated.
     Call it in the process that builds the trainer (the TaskRunner actor), before ``fit()``.
     """
-    # SYNC WARNING: verl/utils/tracking.py:FileLogger.__init__ (l.256-267, path resolution and open(..., "wb"))
-    # SYNC WARNING: verl/utils/tracking.py:Tracking.__init__ (l.178-179, builds FileLogger by module global)
+    # SYNC WARNING: verl/utils/tracking.py:FileLogger.__init__ (0.9.1 l.530-541, 0.7.1 l.256-267, path resolution
+    # and open(..., "wb"))
+    # SYNC WARNING: verl/utils/tracking.py:Tracking.__init__ (0.9.1 l.185-186, 0.7.1 l.178-179, builds FileLogger by
+    # module global)
     require_verl_version("append_file_logger")
     import verl.utils.tracking as tracking
 

@@ -260,8 +260,10 @@ def _check_group_sampling(config: Any) -> list[str]:
 
 def _check_batch_sizes(config: Any) -> list[str]:
     """Rows each worker gets must split into whole micro-batches (verl asserts it only inside the workers)."""
-    # SYNC WARNING: verl/workers/engine/utils.py:prepare_micro_batches (l.90-94, size % micro_batch_size_per_gpu)
-    # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._update_actor (l.1174-1183, mini-batch x rollout.n)
+    # SYNC WARNING: verl/workers/engine/utils.py:prepare_micro_batches (0.9.1 l.123-127, 0.7.1 l.90-94, size %
+    # micro_batch_size_per_gpu)
+    # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._update_actor (0.9.1 l.1352-1363, 0.7.1
+    # l.1174-1183, mini-batch x rollout.n)
     n = _get(config, "actor_rollout_ref.rollout.n", 1)
     train_batch_size = _get(config, "data.train_batch_size")
     if not (isinstance(n, int) and n >= 1 and isinstance(train_batch_size, int)):
@@ -317,11 +319,11 @@ def required_ray_resources(config: Any) -> dict[str, float]:
         after ``trainer.device`` (e.g. ``cpu``).
     """
     # SYNC WARNING: verl/single_controller/ray/base.py:RayResourcePool.get_placement_groups (bundle shape; 0.9.1
-    # l.131-148 asks the platform for the resource name, 0.7.1 l.130-148)
+    # l.131-151 asks the platform for the resource name, 0.7.1 l.130-148)
     # SYNC WARNING: verl/single_controller/ray/base.py:ResourcePoolManager (max_colocate_count=3, GPU check; 0.9.1
-    # l.185-243, 0.7.1 l.191-235)
-    # SYNC WARNING: verl/trainer/main_ppo_v0.py:TaskRunner.init_resource_pool_mgr (pools; 0.9.1 l.67; 0.7.1
-    # verl/trainer/main_ppo.py l.218-240)
+    # l.185-242, 0.7.1 l.191-235)
+    # SYNC WARNING: verl/trainer/main_ppo_v0.py:TaskRunner.init_resource_pool_mgr (pools; 0.9.1 l.67-100; 0.7.1
+    # verl/trainer/main_ppo.py l.218-241)
     processes = int(_get(config, "trainer.n_gpus_per_node", 1)) * int(_get(config, "trainer.nnodes", 1))
     if _get(config, "reward.reward_model.enable_resource_pool", False):
         processes += int(_get(config, "reward.reward_model.n_gpus_per_node", 0)) * int(

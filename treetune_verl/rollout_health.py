@@ -369,12 +369,13 @@ def mismatch_metrics(batch) -> dict[str, float] | None:
     tensors = batch.batch
     if "rollout_log_probs" not in tensors.keys() or not bool(tensors["response_mask"].any()):
         return None
-    # SYNC WARNING: verl/trainer/ppo/rollout_corr_helper.py:compute_rollout_corr_metrics_from_logprobs (l.1000-1036,
-    # compute_offpolicy_metrics with the rollout_corr/ prefix; fit logs the same values through
-    # compute_rollout_correction_and_add_to_batch, verl/trainer/ppo/ray_trainer.py l.1466-1479, with the response_mask
-    # before rejection sampling)
-    # SYNC WARNING: verl/utils/debug/metrics.py:calculate_debug_metrics (l.63-105, what fit logs as
-    # training/rollout_probs_diff_* at verl/trainer/ppo/ray_trainer.py l.1428-1433, on the batch with old_log_probs)
+    # SYNC WARNING: verl/trainer/ppo/rollout_corr_helper.py:compute_rollout_corr_metrics_from_logprobs (0.9.1
+    # l.1070-1106, 0.7.1 l.1000-1036, compute_offpolicy_metrics with the rollout_corr/ prefix; fit logs the same values
+    # through compute_rollout_correction_and_add_to_batch, verl/trainer/ppo/ray_trainer.py 0.9.1 l.1647-1660, 0.7.1
+    # l.1466-1479, with the response_mask before rejection sampling)
+    # SYNC WARNING: verl/utils/debug/metrics.py:calculate_debug_metrics (0.9.1 l.63-121, 0.7.1 l.63-109, what fit logs
+    # as training/rollout_probs_diff_* at verl/trainer/ppo/ray_trainer.py 0.9.1 l.1610-1615, 0.7.1 l.1428-1433, on the
+    # batch with old_log_probs)
     from verl.trainer.ppo.rollout_corr_helper import compute_rollout_corr_metrics_from_logprobs
     from verl.utils.debug.metrics import calculate_debug_metrics
 
@@ -408,9 +409,10 @@ class RolloutHealthMixin:
             self._rollout_health_notice(f"the rollout-health guard is off ({CONFIG_KEY}.enabled=false).")
 
     def _compute_old_log_prob(self, batch):
-        # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._compute_old_log_prob (l.1132-1161, returns
-        # (DataProto with old_log_probs [B, T], mfu)); fit calls it once per step (l.1404), after the rollout and
-        # before the ref pass, critic update, advantages and _update_actor; not at all in bypass mode (l.1393).
+        # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._compute_old_log_prob (0.9.1 l.1290-1325, 0.7.1
+        # l.1132-1161, returns (DataProto with old_log_probs [B, T], mfu)); fit calls it once per step (0.9.1 l.1586,
+        # 0.7.1 l.1404), after the rollout and before the ref pass, critic update, advantages and _update_actor; not at
+        # all in bypass mode (0.9.1 l.1575, 0.7.1 l.1393).
         output = super()._compute_old_log_prob(batch)
         step = getattr(self, "global_steps", None)
         previous = self._rollout_health_decision
@@ -442,8 +444,9 @@ class RolloutHealthMixin:
         return enforce(self.rollout_health.check(mismatch_metrics(view) or {}, step))
 
     def _update_actor(self, batch):
-        # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._update_actor (l.1163-1198) returns the step's
-        # actor metrics in meta_info["metrics"]; fit reduces and logs them (l.1535-1536).
+        # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._update_actor (0.9.1 l.1327-1376, 0.7.1
+        # l.1163-1198) returns the step's actor metrics in meta_info["metrics"]; fit reduces and logs them (0.9.1
+        # l.1718-1719, 0.7.1 l.1535-1536).
         actor_output = super()._update_actor(batch)
         step = getattr(self, "global_steps", None)
         decision = self._rollout_health_decision

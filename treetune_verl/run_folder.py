@@ -368,7 +368,8 @@ class RearmSigterm:
     ``.options(...).remote()``): the first moment after Ray installed its own SIGTERM handler.
     """
 
-    # SYNC WARNING: verl/trainer/main_ppo.py:run_ppo (l.59-98, ray.init then task_runner_class[.options].remote())
+    # SYNC WARNING: verl/trainer/main_ppo.py:run_ppo (0.9.1 l.57-92, 0.7.1 l.59-98, ray.init then
+    # task_runner_class[.options].remote())
     def __init__(self, actor_class):
         self._actor_class = actor_class
 

@@ -53,7 +53,8 @@ def _load_hf_replica():
 
 
 def _register_rollout_class(module: ModuleType) -> None:
-    # SYNC WARNING: verl/workers/rollout/base.py:_ROLLOUT_REGISTRY (l.83-87, {(name, mode): "module.Class"})
+    # SYNC WARNING: verl/workers/rollout/base.py:_ROLLOUT_REGISTRY (0.9.1 l.89-93, 0.7.1 l.83-87, {(name, mode):
+    # "module.Class"})
     module._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = _ADAPTER_PATH
 
 

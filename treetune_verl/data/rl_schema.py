@@ -301,7 +301,8 @@ def prompt_token_lengths(frame: pd.DataFrame, tokenizer, chat_template_kwargs: M
         tokenizer: the actor's Hugging Face tokenizer.
         chat_template_kwargs: ``data.apply_chat_template_kwargs``.
     """
-    # SYNC WARNING: verl/utils/dataset/rl_dataset.py:RLHFDataset.maybe_filter_out_long_prompts (doc2len, l.250-255)
+    # SYNC WARNING: verl/utils/dataset/rl_dataset.py:RLHFDataset.maybe_filter_out_long_prompts (doc2len, 0.9.1
+    # l.248-262, 0.7.1 l.241-255)
     conversations = [[dict(message) for message in _as_sequence(prompt) or []] for prompt in frame["prompt"]]
     kwargs = dict(chat_template_kwargs or {})
     if getattr(tokenizer, "chat_template", None):
