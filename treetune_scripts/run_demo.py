@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 
 from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME, ENTRY_MODULE
-from treetune_scripts.experiments.warm_start import HINT_OVERRIDES, TASK_RL_OVERRIDES, VAL_ACC_KEY
+from treetune_scripts.experiments.warm_start import GREEDY_VAL_ACC_KEY, HINT_OVERRIDES, TASK_RL_OVERRIDES
 from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, launch_training, read_metrics, tiny_run_overrides
 
 DEFAULT_OUTPUT_DIR = Path("outputs/demo")
@@ -59,7 +59,7 @@ DEFAULT_STEPS, DEFAULT_PROMPTS = 30, 16
 # The curves a researcher reads first (learning_curve.png); all_metrics.png has every metric.
 KEY_CURVES = [
     "critic/score/mean",
-    VAL_ACC_KEY,
+    GREEDY_VAL_ACC_KEY,
     "actor/cpo/adv_delta_absmean",
     "cpo/gw_minus_old_absmean",
     "timing_s/step",
@@ -75,7 +75,7 @@ _STEP_SUMMARY_KEYS = {
     "cpo_adv_shift": "actor/cpo/adv_delta_absmean",
     "hint_logratio": "cpo/gw_minus_old_absmean",
     "step_s": "timing_s/step",
-    "val_acc": VAL_ACC_KEY,
+    "val_acc": GREEDY_VAL_ACC_KEY,
 }
 _ALWAYS_SHOWN = ("Error", "Traceback", "preflight", "Exception", "Final validation")
 

@@ -150,7 +150,9 @@ def write_summary(results_csv: Path | str, summary_md: Path | str, warm_info: di
         "# CPO vs GRPO: summary\n\n"
         f"{warm}{table}\n\n"
         "Definitions (all recomputable from `results.csv`, see `treetune_scripts/experiments/summary.py`): "
-        "mean ± sample std over seeds; first / final = validation accuracy at the first / last validated step; "
+        "mean ± sample std over seeds; validation accuracy = verl's `val-core/<source>/acc/mean@n` (the experiment "
+        "samples n = 8 responses per held-out prompt at temperature 1); first / final = validation accuracy at the "
+        "first / last validated step; "
         "AUC = trapezoid area "
         "under validation accuracy vs step divided by the step span; threshold = mean first validation accuracy of "
         f"all runs + {THRESHOLD_MARGIN}, steps averaged over the seeds that reach it (reached/seeds); step time = "
@@ -207,7 +209,7 @@ def plot_curves(results_csv: Path | str, png_path: Path | str) -> Path:
         axis.set_xlabel(xlabel)
         axis.grid(alpha=0.3)
         axis.legend()
-    axes[0].set_ylabel("greedy accuracy (held-out plain prompts)")
+    axes[0].set_ylabel("validation accuracy (held-out plain prompts)")
     fig.tight_layout()
     fig.savefig(png_path, dpi=80)
     plt.close(fig)

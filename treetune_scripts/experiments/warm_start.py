@@ -83,7 +83,7 @@ TASK_RL_OVERRIDES = [
     "trainer.val_before_train=true",
 ]
 #: verl's validation metric of the task: greedy accuracy on the held-out plain prompts (data_source tiny_arith).
-VAL_ACC_KEY = "val-core/tiny_arith/acc/mean@1"
+GREEDY_VAL_ACC_KEY = "val-core/tiny_arith/acc/mean@1"
 #: Greedy plain-prompt validation accuracy that gives RL mixed groups (some prompts solved, some not).
 MIXED_GROUPS_ACC_RANGE = (0.15, 0.50)
 

@@ -194,8 +194,11 @@ def test_quick_experiment_writes_every_artifact_and_covers_every_run_and_step(qu
             assert 0.0 <= float(row["val_acc"]) <= 1.0
         if row["step"] != "0":
             assert float(row["step_time_s"]) > 0 and -1.0 <= float(row["train_reward"]) <= 1.0
-    validated = {(r["method"], r["seed"], int(r["step"])) for r in rows if r["val_acc"] != ""}
-    assert all((m, s, 0) in validated and (m, s, steps) in validated for m, s, _ in validated)
+    # verl validates before training, every test_freq steps and at the last step; val_acc is the sampled mean@8.
+    test_freq = cpo_vs_grpo.QUICK_SCHEDULE.test_freq
+    validated_steps = {"0", *(str(t) for t in range(test_freq, steps + 1, test_freq)), str(steps)}
+    validated = {(r["method"], r["seed"], r["step"]) for r in rows if r["val_acc"] != ""}
+    assert validated == {(m, s, t) for m, s, t in expected if t in validated_steps}
 
 
 @pytest.mark.e2e

@@ -16,7 +16,7 @@
 Setting: the experiments' default warm start (``build_warm_start()``), GRPO with the experiment's task settings
 (``TASK_RL_OVERRIDES``: +-1 reward, 8 prompts x n=8 per step, one on-policy update per step, KL loss 0.001) on a fixed
 set of 16 prompts (the first 16 rows of the warm start's ``train.parquet``), which are also verl's validation set: its
-greedy accuracy (``VAL_ACC_KEY``) at step 0 and at the last step says whether the policy learned those prompts.
+greedy accuracy (``GREEDY_VAL_ACC_KEY``) at step 0 and at the last step says whether the policy learned those prompts.
 
 Measured on the shared 2-core box (``pytest -s`` prints the same numbers), lr 2e-4, 40 steps:
 
@@ -43,9 +43,9 @@ import pytest
 
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
 from treetune_scripts.experiments.warm_start import (
+    GREEDY_VAL_ACC_KEY,
     HINT_OVERRIDES,
     TASK_RL_OVERRIDES,
-    VAL_ACC_KEY,
     build_warm_start,
     write_first_prompts,
 )
@@ -105,7 +105,9 @@ def summarize(metrics: dict[int, dict[str, float]], wall_s: float) -> dict[str, 
     """The numbers the test asserts on: train reward of the first and last steps, greedy accuracy, rollout KL."""
     train_steps = sorted(step for step, values in metrics.items() if REWARD_KEY in values)
     rewards = [metrics[step][REWARD_KEY] for step in train_steps]
-    val = [(step, values[VAL_ACC_KEY]) for step, values in sorted(metrics.items()) if VAL_ACC_KEY in values]
+    val = [
+        (step, values[GREEDY_VAL_ACC_KEY]) for step, values in sorted(metrics.items()) if GREEDY_VAL_ACC_KEY in values
+    ]
     kls = [metrics[step][ROLLOUT_KL_KEY] for step in train_steps]
     return {
         "train_steps": len(train_steps),
