@@ -64,7 +64,6 @@ VAL_SAMPLES = 8
 #: (recipe README, "Tuning").
 HELD_OUT_OVERRIDES = [
     "data.train_batch_size=16",
-    "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
     "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
     f"actor_rollout_ref.rollout.val_kwargs.n={VAL_SAMPLES}",
 ]

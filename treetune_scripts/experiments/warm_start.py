@@ -66,7 +66,8 @@ HINT_USER_TEMPLATE = (
 )
 HINT_OVERRIDES = [f"cpo.hint.user_template='{HINT_USER_TEMPLATE}'", "cpo.hint.max_prompt_length=160"]
 #: RL settings of the chain task, shared by every run on a warm start (the demo and each experiment run): the ±1
-#: reward the CPO wrappers are written for, batch and lengths sized to the task, greedy validation from step 0.
+#: reward the CPO wrappers are written for, batch and lengths sized to the task, greedy validation from step 0 (verl's
+#: agent loop validates with ``val_kwargs.temperature`` and ignores ``val_kwargs.do_sample``: temperature 0 is greedy).
 TASK_RL_OVERRIDES = [
     "reward.custom_reward_function.name=compute_binary_score",
     "data.train_batch_size=8",
@@ -78,7 +79,7 @@ TASK_RL_OVERRIDES = [
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32",
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32",
     "actor_rollout_ref.actor.optim.lr=2e-4",
-    "actor_rollout_ref.rollout.val_kwargs.do_sample=false",
+    "actor_rollout_ref.rollout.val_kwargs.temperature=0",
     "actor_rollout_ref.rollout.val_kwargs.n=1",
     "trainer.val_before_train=true",
 ]
