@@ -73,6 +73,16 @@ def test_only_the_cpo_keys_differ_between_methods(tmp_path):
     assert "data.seed=1" in grpo and "++actor_rollout_ref.rollout.engine_kwargs.hf.seed=1" in grpo
 
 
+def test_val_acc_follows_the_validation_sample_count_an_override_sets(tmp_path):
+    """``val_acc`` is verl's ``acc/mean@n`` for the ``n`` the runs validate with, the experiment's or a user's."""
+    metrics = tmp_path / "metrics.jsonl"
+    logged = {"val-core/tiny_arith/acc/mean@1": 0.25, "val-core/tiny_arith/acc/mean@8": 0.125}
+    metrics.write_text(json.dumps({"step": 0, "data": logged}) + "\n")
+    assert cpo_vs_grpo.result_rows("grpo", 0, metrics, cpo_vs_grpo.val_acc_key([]))[0]["val_acc"] == 0.125
+    greedy = ["actor_rollout_ref.rollout.val_kwargs.temperature=0", "actor_rollout_ref.rollout.val_kwargs.n=1"]
+    assert cpo_vs_grpo.result_rows("grpo", 0, metrics, cpo_vs_grpo.val_acc_key(greedy))[0]["val_acc"] == 0.25
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
