@@ -50,6 +50,7 @@ from treetune_scripts.experiments.warm_start import (
     build_warm_start,
     check_mixed_groups,
     read_build_info,
+    val_acc_key,
     warm_start_hash,
 )
 from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, read_metrics
@@ -69,7 +70,8 @@ HELD_OUT_OVERRIDES = [
     f"{_VAL_SAMPLES_KEY}={VAL_SAMPLES}",
 ]
 RESULT_COLUMNS = ["method", "seed", "step", "val_acc", "train_reward", "step_time_s", "cpo_adv_shift", "hint_logratio"]
-#: ``results.csv`` columns read from verl's metrics under a fixed name (``val_acc``'s name: :func:`val_acc_key`).
+#: ``results.csv`` columns read from verl's metrics under a fixed name (``val_acc``'s name depends on the runs'
+#: :func:`validation_samples`).
 _METRIC_COLUMNS = {
     "train_reward": "critic/score/mean",
     "step_time_s": "timing_s/step",
@@ -176,18 +178,15 @@ def run_overrides(run_dir: Path, method: str, seed: int, schedule: Schedule, dum
     return overrides
 
 
-def val_acc_key(user_overrides: list[str]) -> str:
-    """verl's name for the mean held-out accuracy over the ``n`` responses each validation samples per prompt.
-
-    ``n`` is :data:`VAL_SAMPLES` unless the user's overrides set ``val_kwargs.n`` (e.g. ``n=1`` with temperature 0 for
-    greedy validation, as the README's tuning runs do).
-    """
+def validation_samples(user_overrides: list[str]) -> int:
+    """Responses each validation samples per held-out prompt: :data:`VAL_SAMPLES` unless the user's overrides set
+    ``val_kwargs.n`` (e.g. ``n=1`` with temperature 0 for greedy validation, as the README's tuning runs do)."""
     samples = VAL_SAMPLES
     for override in user_overrides:
         key, _, value = override.lstrip("+").partition("=")
         if key == _VAL_SAMPLES_KEY:
             samples = int(value)
-    return f"val-core/tiny_arith/acc/mean@{samples}"
+    return samples
 
 
 def result_rows(method: str, seed: int, metrics_path: Path, val_acc: str) -> list[dict]:
@@ -302,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from treetune_scripts.run_demo import condense
 
+    val_acc = val_acc_key(validation_samples(args.overrides))
     rows: list[dict] = []
     cpo_methods = [method for method in methods if method != "grpo"]
     for seed in range(seeds):
@@ -334,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     return 1
                 done_path.write_text(json.dumps({"wall_s": round(run.wall_s, 1), "method": method, "seed": seed}))
-            run_rows = result_rows(method, seed, run_dir / METRICS_FILE, val_acc_key(args.overrides))
+            run_rows = result_rows(method, seed, run_dir / METRICS_FILE, val_acc)
             rows += run_rows
             write_results(output_dir / "results.csv", rows)
             final = [row["val_acc"] for row in run_rows if row["val_acc"] != ""]

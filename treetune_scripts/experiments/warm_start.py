@@ -83,8 +83,15 @@ TASK_RL_OVERRIDES = [
     "actor_rollout_ref.rollout.val_kwargs.n=1",
     "trainer.val_before_train=true",
 ]
-#: verl's validation metric of the task: greedy accuracy on the held-out plain prompts (data_source tiny_arith).
-GREEDY_VAL_ACC_KEY = "val-core/tiny_arith/acc/mean@1"
+
+
+def val_acc_key(samples: int) -> str:
+    """verl's validation metric of the task: mean accuracy of ``samples`` responses per held-out plain prompt."""
+    return f"val-core/tiny_arith/acc/mean@{samples}"
+
+
+#: The task's validation metric under :data:`TASK_RL_OVERRIDES`: greedy accuracy, one response per prompt.
+GREEDY_VAL_ACC_KEY = val_acc_key(1)
 #: Greedy plain-prompt validation accuracy that gives RL mixed groups (some prompts solved, some not).
 MIXED_GROUPS_ACC_RANGE = (0.15, 0.50)
 

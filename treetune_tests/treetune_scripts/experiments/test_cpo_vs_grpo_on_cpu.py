@@ -24,7 +24,7 @@ import statistics
 import pytest
 
 from treetune_scripts.experiments import cpo_vs_grpo, summary
-from treetune_scripts.experiments.warm_start import WarmStartGateError, check_mixed_groups
+from treetune_scripts.experiments.warm_start import WarmStartGateError, check_mixed_groups, val_acc_key
 
 
 def no_training(*args, **kwargs):
@@ -78,9 +78,14 @@ def test_val_acc_follows_the_validation_sample_count_an_override_sets(tmp_path):
     metrics = tmp_path / "metrics.jsonl"
     logged = {"val-core/tiny_arith/acc/mean@1": 0.25, "val-core/tiny_arith/acc/mean@8": 0.125}
     metrics.write_text(json.dumps({"step": 0, "data": logged}) + "\n")
-    assert cpo_vs_grpo.result_rows("grpo", 0, metrics, cpo_vs_grpo.val_acc_key([]))[0]["val_acc"] == 0.125
+
+    def val_acc_under(user_overrides):
+        key = val_acc_key(cpo_vs_grpo.validation_samples(user_overrides))
+        return cpo_vs_grpo.result_rows("grpo", 0, metrics, key)[0]["val_acc"]
+
+    assert val_acc_under([]) == 0.125
     greedy = ["actor_rollout_ref.rollout.val_kwargs.temperature=0", "actor_rollout_ref.rollout.val_kwargs.n=1"]
-    assert cpo_vs_grpo.result_rows("grpo", 0, metrics, cpo_vs_grpo.val_acc_key(greedy))[0]["val_acc"] == 0.25
+    assert val_acc_under(greedy) == 0.25
 
 
 @pytest.mark.parametrize(
