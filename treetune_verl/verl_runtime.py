@@ -18,7 +18,8 @@ verl imports each module listed (comma-separated) in the ``VERL_USE_EXTERNAL_MOD
 lists this module; the CPU profile (``platform=cpu``) lists :mod:`treetune_verl.cpu_backend`, which imports this one.
 
 On import it applies the version-guarded engine fixes of :mod:`treetune_verl.patches` (the actor kept on its device
-after weight sync; a full-sequence attention mask on the FSDP engine's padded path, verl #6278) and, where the
+after weight sync; a full-sequence attention mask on the FSDP engine's padded path, verl #6278; the trainer's
+log-probs normalised over the tokenizer's ids, as the vLLM rollout's are) and, where the
 ``flash_attn`` package is missing, routes verl's pad/unpad helpers to verl's own pure-torch implementation.
 """
 
@@ -31,6 +32,7 @@ MODULE = __name__
 def setup() -> None:
     """Apply the fixes every treetune Ray process needs (idempotent)."""
     patches.apply_engine_worker_fixes()
+    patches.apply_trainer_vocabulary_support()
     if not patches.flash_attn_installed():
         patches.apply_pure_torch_attention_utils()
 

