@@ -92,7 +92,7 @@ class TinyAssetsConfig:
     num_hidden_layers: int = 2
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
-    head_dim: int = 16
+    head_dim: int = 32
     max_position_embeddings: int = 2048
     vocab_multiple: int = 64
     torch_dtype: str = "float32"

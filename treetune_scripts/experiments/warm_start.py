@@ -122,7 +122,7 @@ DEFAULT_WARM_START = WarmStartConfig(
         num_hidden_layers=3,
         num_attention_heads=4,
         num_key_value_heads=2,
-        head_dim=24,
+        head_dim=32,
     ),  # fmt: skip
     sft_steps=300,
     sft_batch_size=16,
@@ -136,7 +136,7 @@ QUICK_WARM_START = WarmStartConfig(
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        head_dim=16,
+        head_dim=32,
     ),  # fmt: skip
     sft_steps=30,
     sft_batch_size=16,

@@ -244,8 +244,12 @@ def rollout_batch(model_path: Path, tokenizer, seed: int = 0) -> DataProto:
     )
 
 
-def score_row(model, prompt: torch.Tensor, response: torch.Tensor, corruption: str | None):
-    """``(log_probs [R], entropy [R])`` of one row's response tokens, unpadded, optionally as a broken forward."""
+def score_row(model, prompt: torch.Tensor, response: torch.Tensor, corruption: str | None, vocab_size: int | None):
+    """``(log_probs [R], entropy [R])`` of one row's response tokens, unpadded, optionally as a broken forward.
+
+    The distribution is over the first ``vocab_size`` ids (the tokenizer's, as verl's vLLM rollout and the patched
+    trainer normalise), or over every row of the output layer with ``vocab_size=None``.
+    """
     p, r = len(prompt), len(response)
     if corruption == "drop_prompt_token":
         prompt = torch.cat([prompt[: p // 2], prompt[p // 2 + 1 :]])
@@ -257,21 +261,30 @@ def score_row(model, prompt: torch.Tensor, response: torch.Tensor, corruption: s
         mask = (positions < r).long()
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[0].float()
     first = p - 2 if corruption == "shift" else p - 1
-    log_softmax = torch.log_softmax(logits[first : first + r], dim=-1)
+    log_softmax = torch.log_softmax(logits[first : first + r, :vocab_size], dim=-1)
     log_probs = log_softmax.gather(-1, response[:, None]).squeeze(-1)
     entropy = -(log_softmax.exp() * log_softmax).sum(-1)
     return log_probs, entropy
 
 
-def reference_outputs(model_path: Path, batch: DataProto, with_grad: bool = False, corruption: str | None = None):
+def reference_outputs(
+    model_path: Path,
+    batch: DataProto,
+    with_grad: bool = False,
+    corruption: str | None = None,
+    full_vocabulary: bool = False,
+):
     """Per-token ``(log_probs [B, T], entropy [B, T], model)`` of the response tokens, fp32 transformers on CPU.
 
     Each row is run alone without padding; ``corruption`` (one of :data:`CORRUPTIONS`) computes a broken forward.
+    Log-probs are normalised over the tokenizer's ids, or over every row of a padded output layer with
+    ``full_vocabulary=True`` (what an unpatched trainer computes).
     """
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     assert corruption is None or corruption in CORRUPTIONS, corruption
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, attn_implementation="sdpa")
+    vocab_size = None if full_vocabulary else len(AutoTokenizer.from_pretrained(model_path))
     tensors = batch.batch
     prompt_width, width = tensors["prompts"].shape[1], tensors["responses"].shape[1]
     with torch.set_grad_enabled(with_grad):
@@ -282,7 +295,7 @@ def reference_outputs(model_path: Path, batch: DataProto, with_grad: bool = Fals
             rows.append(
                 [
                     torch.nn.functional.pad(v, (0, width - len(v)))
-                    for v in score_row(model, prompt, response, corruption)
+                    for v in score_row(model, prompt, response, corruption, vocab_size)
                 ]
             )
         log_probs = torch.stack([log_prob for log_prob, _ in rows])
@@ -433,6 +446,41 @@ def check_log_probs(engine: dict, role: str) -> None:
     assert_scores_match(got, expected, f"{role} log-probs", mask)
     assert_scores_match(got_entropy, expected_entropy, f"{role} entropy", mask)
     assert_fails_on_corruptions(got, engine["model_path"], batch, f"{role} log-probs")
+
+
+#: Bound on the mean signed per-token difference between the engine's and fp32 transformers' log-probs. bf16 noise
+#: is zero-mean; normalising over a padded output layer's extra rows shifts every token by -log(1 - padding mass)
+#: (0.02-0.03 on the context-sensitive model's 640 rows for 630 tokens).
+VOCABULARY_OFFSET_TOL = 0.01
+
+
+def mean_signed_offset(got: torch.Tensor, expected: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (got - expected)[mask.bool()].mean()
+
+
+def check_vocabulary_support(engine: dict) -> None:
+    """The actor's log-probs are normalised over the tokenizer's ids, as verl's vLLM rollout samples them.
+
+    Control: the model has padding rows with mass on them, so the same assertion against log-probs normalised over
+    every row (an unpatched trainer) must fail.
+    """
+    batch = rollout_batch(engine["model_path"], engine["tokenizer"], seed=2)
+    mask = batch.batch["response_mask"]
+    assert len(engine["tokenizer"]) < _output_rows(engine["model_path"]), "the test model needs padding rows"
+    got, _ = engine_log_probs(engine["actor"], batch, calculate_entropy=False)
+    expected, _, _ = reference_outputs(engine["model_path"], batch)
+    full, _, _ = reference_outputs(engine["model_path"], batch, full_vocabulary=True)
+    offset = mean_signed_offset(got, expected, mask)
+    torch.testing.assert_close(offset, torch.zeros(()), atol=VOCABULARY_OFFSET_TOL, rtol=0)
+    with pytest.raises(AssertionError):
+        offset = mean_signed_offset(got, full, mask)
+        torch.testing.assert_close(offset, torch.zeros(()), atol=VOCABULARY_OFFSET_TOL, rtol=0)
+
+
+def _output_rows(model_path) -> int:
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(model_path).vocab_size
 
 
 def check_hinted_log_probs(engine: dict) -> None:

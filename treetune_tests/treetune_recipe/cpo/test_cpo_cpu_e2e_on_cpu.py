@@ -78,16 +78,18 @@ def context_sensitive_assets_dir():
     return build_tiny_assets(config=CONTEXT_SENSITIVE)
 
 
-def rescored_dump(model, dump: dict, corruption: str | None = None):
-    """fp32 transformers' ``(old, hinted)`` log-probs of every dumped row: lists of ``[R]`` tensors."""
+def rescored_dump(model, dump: dict, vocab_size: int, corruption: str | None = None):
+    """fp32 transformers' ``(old, hinted)`` log-probs of every dumped row over the tokenizer's ``vocab_size`` ids:
+    lists of ``[R]`` tensors."""
     import torch
 
     old, hinted = [], []
     with torch.no_grad():
         for row in dump["rows"]:
             response = torch.tensor(row["token_ids"])
-            old.append(HARNESS.score_row(model, torch.tensor(row["prompt_ids"]), response, corruption)[0])
-            hinted.append(HARNESS.score_row(model, torch.tensor(row["hint_prompt_ids"]), response, corruption)[0])
+            for prompt_key, scores in (("prompt_ids", old), ("hint_prompt_ids", hinted)):
+                prompt = torch.tensor(row[prompt_key])
+                scores.append(HARNESS.score_row(model, prompt, response, corruption, vocab_size)[0])
     return old, hinted
 
 
@@ -162,13 +164,14 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(context_sensitive_a
     print(f"\nrollout_corr/kl per step: {[metrics[step]['rollout_corr/kl'] for step in sorted(metrics)]}")
 
     # The dump of step 1 (weights still the initial ones) against fp32 transformers on the same token ids.
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dump = json.loads((tmp_path / "credit" / "step_1.json").read_text())
     assert len(dump["rows"]) > 4
     model_path = assets_dir / "model"
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, attn_implementation="sdpa").eval()
-    old, hinted = rescored_dump(model, dump)
+    vocab_size = len(AutoTokenizer.from_pretrained(model_path))
+    old, hinted = rescored_dump(model, dump, vocab_size)
 
     def as_matrix(rows):
         return torch.nn.utils.rnn.pad_sequence([torch.as_tensor(row, dtype=torch.float32) for row in rows], True)
@@ -182,7 +185,7 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(context_sensitive_a
     with pytest.raises(AssertionError):
         HARNESS.assert_scores_match(dumped_hinted, as_matrix(old), "hinted vs plain", mask)
     for corruption in HARNESS.CORRUPTIONS:
-        corrupted_old, corrupted_hinted = rescored_dump(model, dump, corruption)
+        corrupted_old, corrupted_hinted = rescored_dump(model, dump, vocab_size, corruption)
         with pytest.raises(AssertionError):
             HARNESS.assert_scores_match(dumped_old, as_matrix(corrupted_old), corruption, mask)
         with pytest.raises(AssertionError):

@@ -58,6 +58,10 @@ def test_old_log_prob_pass_matches_fp32_transformers(engine):
     checks.check_log_probs(engine, "actor")
 
 
+def test_log_probs_are_normalised_over_the_tokenizers_ids(engine):
+    checks.check_vocabulary_support(engine)
+
+
 def test_ref_pass_matches_fp32_transformers(engine):
     checks.check_log_probs(engine, "ref")
 
