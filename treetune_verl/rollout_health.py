@@ -64,7 +64,7 @@ import enum
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -115,6 +115,10 @@ class RolloutHealthConfig:
         stop_kl: stop at once above this ``|rollout_corr/kl|``.
         stop_probs_diff: stop at once above this ``training/rollout_probs_diff_mean``.
         max_consecutive_warnings: stop at the N-th warning step in a row; 0 or null = never.
+        calibrated_devices: the ``trainer.device`` values whose rollout engines the warn thresholds were measured on
+            (CPU: the ``hf`` rollout and vLLM's CPU build). On any other device a warning never stops a run, since
+            the normal mismatch of its engines (bf16 vLLM or SGLang on a GPU) was never measured here: warning steps
+            are counted and logged, and only ``stop_kl`` / ``stop_probs_diff`` stop the run.
     """
 
     enabled: bool = True
@@ -123,11 +127,19 @@ class RolloutHealthConfig:
     stop_kl: float | None = 1.0
     stop_probs_diff: float | None = 0.2
     max_consecutive_warnings: int | None = 5
+    calibrated_devices: tuple[str, ...] = ("cpu",)
 
     def __post_init__(self):
         problems = _value_problems({field_.name: getattr(self, field_.name) for field_ in fields(self)})
         if problems:
             raise ValueError(_format_problems(problems))
+        object.__setattr__(self, "calibrated_devices", tuple(self.calibrated_devices))
+
+    def on_device(self, device: str) -> RolloutHealthConfig:
+        """The thresholds in force on ``device``: without a calibration there, warnings never stop the run."""
+        if device in self.calibrated_devices:
+            return self
+        return replace(self, max_consecutive_warnings=None)
 
     @classmethod
     def from_config(cls, block: Mapping[str, Any] | None) -> RolloutHealthConfig:
@@ -170,6 +182,12 @@ def _value_problems(values: Mapping[str, Any]) -> list[str]:
                 f"without ever warning. Set warn_{metric} <= stop_{metric} (defaults {_DEFAULTS[f'warn_{metric}']} "
                 f"and {_DEFAULTS[f'stop_{metric}']})."
             )
+    devices = values["calibrated_devices"]
+    if isinstance(devices, str) or not all(isinstance(device, str) for device in devices or [None]):
+        problems.append(
+            f"{CONFIG_KEY}.calibrated_devices={devices!r} must be a list of trainer.device names, e.g. "
+            f"{CONFIG_KEY}.calibrated_devices=[cpu] (or [] for none)."
+        )
     limit = values["max_consecutive_warnings"]
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         problems.append(
@@ -402,11 +420,20 @@ class RolloutHealthMixin:
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.rollout_health = RolloutHealthMonitor(RolloutHealthConfig.from_run_config(self.config))
+        configured = RolloutHealthConfig.from_run_config(self.config)
+        device = (self.config.get("trainer") or {}).get("device", "cuda")
+        self.rollout_health = RolloutHealthMonitor(configured.on_device(device))
         self._rollout_health_decision: HealthDecision | None = None
         self._rollout_health_notices: set[str] = set()
-        if not self.rollout_health.config.enabled:
+        if not configured.enabled:
             self._rollout_health_notice(f"the rollout-health guard is off ({CONFIG_KEY}.enabled=false).")
+        elif configured.max_consecutive_warnings and device not in configured.calibrated_devices:
+            self._rollout_health_notice(
+                f"trainer.device={device} is not in {CONFIG_KEY}.calibrated_devices: warning steps are logged but "
+                "never stop the run; only stop_kl and stop_probs_diff do. Measure this engine's normal mismatch, then "
+                f"add the device ({CONFIG_KEY}.calibrated_devices=[cpu,{device}]) to stop after "
+                f"max_consecutive_warnings={configured.max_consecutive_warnings} warning steps."
+            )
 
     def _compute_old_log_prob(self, batch):
         # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._compute_old_log_prob (0.9.1 l.1290-1325, 0.7.1

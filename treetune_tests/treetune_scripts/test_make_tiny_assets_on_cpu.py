@@ -136,14 +136,18 @@ def test_model_architecture(assets_dir, tokenizer):
     config = model.config
     assert type(model).__name__ == "Qwen3ForCausalLM"
     assert (config.hidden_size, config.intermediate_size, config.num_hidden_layers) == (64, 128, 2)
-    assert (config.num_attention_heads, config.num_key_value_heads, config.head_dim) == (4, 2, 16)
+    assert (config.num_attention_heads, config.num_key_value_heads, config.head_dim) == (
+        4,
+        2,
+        32,
+    )  # vLLM's CPU attention: >= 32
     assert config.max_position_embeddings >= 1024
     assert config.vocab_size % 64 == 0 and len(tokenizer) <= config.vocab_size < len(tokenizer) + 64
     assert config.tie_word_embeddings
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
 
     # Parameter count by hand: embeddings + per layer (q, k, v, o, gate/up/down, 2 RMSNorms, q/k norms) + final norm.
-    hidden, inter, head_dim, vocab = 64, 128, 16, config.vocab_size
+    hidden, inter, head_dim, vocab = 64, 128, 32, config.vocab_size
     per_layer = hidden * 4 * head_dim + 2 * hidden * 2 * head_dim + 4 * head_dim * hidden
     per_layer += 3 * hidden * inter + 2 * hidden + 2 * head_dim
     assert sum(p.numel() for p in model.parameters()) == vocab * hidden + 2 * per_layer + hidden

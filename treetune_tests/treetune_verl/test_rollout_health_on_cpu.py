@@ -133,6 +133,21 @@ def test_default_stops_at_the_fifth_warning_step_in_a_row():
     assert statuses(RolloutHealthMonitor(), [SPIKE] * 5) == ["warn"] * 4 + ["stop"]
 
 
+def test_on_an_uncalibrated_device_warnings_never_stop_but_stop_thresholds_still_do():
+    config = RolloutHealthConfig(max_consecutive_warnings=3, calibrated_devices=["cpu"])
+    assert config.on_device("cpu") == config
+    monitor = RolloutHealthMonitor(config.on_device("cuda"))
+    assert set(statuses(monitor, [SPIKE] * 10)) == {"warn"} and monitor.consecutive_warnings == 10
+    assert monitor.check(BROKEN, 11).status is HealthStatus.STOP
+    assert statuses(RolloutHealthMonitor(config.on_device("cpu")), [SPIKE] * 3) == ["warn", "warn", "stop"]
+
+
+@pytest.mark.parametrize("devices", ["cpu", [1], None])
+def test_calibrated_devices_must_be_a_list_of_names(devices):
+    with pytest.raises(ValueError, match="calibrated_devices"):
+        RolloutHealthConfig(calibrated_devices=devices)
+
+
 def test_disabled_guard_decides_nothing():
     monitor = RolloutHealthMonitor(RolloutHealthConfig(enabled=False))
     decisions = [monitor.check(metrics, step) for step, metrics in enumerate([BROKEN] * 10, start=1)]
@@ -295,8 +310,11 @@ class GuardedTrainer(RolloutHealthMixin, StandInTrainer):
     pass
 
 
-def make_guarded(**block) -> GuardedTrainer:
-    return GuardedTrainer(OmegaConf.create({"treetune": {"rollout_health": block}} if block else {"trainer": {}}))
+def make_guarded(device: str = "cpu", **block) -> GuardedTrainer:
+    config = {"trainer": {"device": device}}
+    if block:
+        config["treetune"] = {"rollout_health": block}
+    return GuardedTrainer(OmegaConf.create(config))
 
 
 def run_step(trainer, step, batch):
@@ -350,6 +368,12 @@ def test_mixin_reports_a_step_without_old_log_prob_pass_as_unchecked(capsys):
     metrics = trainer._update_actor(synthetic_batch())  # bypass mode: fit runs no old-log-prob pass
     assert metrics.meta_info["metrics"][CHECKED_METRIC] == 0.0
     assert "bypass_mode" in capsys.readouterr().out
+
+
+def test_mixin_on_a_gpu_warns_without_stopping_and_says_why(capsys):
+    trainer = make_guarded(device="cuda", max_consecutive_warnings=2)
+    assert "is not in treetune.rollout_health.calibrated_devices" in capsys.readouterr().out
+    assert trainer.rollout_health.config.max_consecutive_warnings is None
 
 
 def test_disabled_mixin_never_stops(capsys):

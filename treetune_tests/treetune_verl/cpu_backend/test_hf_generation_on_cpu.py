@@ -65,6 +65,41 @@ def test_greedy_batch_with_left_padding_matches_naive_per_prompt_decoding(model,
         assert not generation.hit_eos
 
 
+def test_padding_rows_of_the_output_layer_are_never_sampled_and_the_log_probs_exclude_them(model):
+    tokenizer_ids = VOCAB - 13  # the last 13 rows play a padded output layer's rows beyond the tokenizer
+    settings = SamplingSettings(temperature=1.0)
+    unmasked = decode_batch(
+        model,
+        PROMPTS,
+        [24] * 4,
+        settings,
+        eos_token_ids=[],
+        pad_token_id=PAD,
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert any(token >= tokenizer_ids for generation in unmasked for token in generation.token_ids)  # the control
+    generations = decode_batch(
+        model,
+        PROMPTS,
+        [24] * 4,
+        settings,
+        eos_token_ids=[],
+        pad_token_id=PAD,
+        vocab_size=tokenizer_ids,
+        generator=torch.Generator().manual_seed(0),
+    )
+    for prompt, generation in zip(PROMPTS, generations):
+        assert max(generation.token_ids) < tokenizer_ids
+        # Each log-prob is the token's under a softmax over the tokenizer's ids only.
+        ids = torch.tensor([prompt + generation.token_ids])
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(prompt) - 1 : -1]
+        expected = torch.log_softmax(logits[:, :tokenizer_ids], -1).gather(
+            -1, torch.tensor(generation.token_ids)[:, None]
+        )
+        torch.testing.assert_close(torch.tensor(generation.log_probs), expected[:, 0], atol=1e-4, rtol=0)
+
+
 def test_row_stops_after_its_eos_token_which_is_kept_and_other_rows_continue(model, naive_greedy):
     reference, _ = naive_greedy(model, PROMPTS[0], 6)
     eos = reference[2]

