@@ -533,9 +533,10 @@ def _patch_trainer_vocabulary_support(module: ModuleType) -> None:
     the logits and is left as it is.
     """
     # SYNC WARNING: verl/workers/engine/fsdp/transformer_impl.py:FSDPEngineWithLMHead.prepare_model_outputs (0.9.1
-    # l.1332, log-probs and entropy from output.logits)
-    # SYNC WARNING: verl/workers/rollout/vllm_rollout/vllm_async_server.py (0.9.1 l.500-506, vocab_size=len(tokenizer))
-    # and verl/workers/rollout/vllm_rollout/utils.py:monkey_patch_compute_logits (0.9.1 l.106-126, the rollout's mask)
+    # l.1332, 0.7.1 l.992: log-probs and entropy from output.logits)
+    # SYNC WARNING: verl/workers/rollout/vllm_rollout/vllm_async_server.py (0.9.1 l.500-506, 0.7.1 l.458-460:
+    # vocab_size=len(tokenizer)) and verl/workers/rollout/vllm_rollout/utils.py:monkey_patch_compute_logits (0.9.1
+    # l.106-126, 0.7.1 l.90: the rollout's mask)
     engine_cls = module.FSDPEngineWithLMHead
     original = engine_cls.prepare_model_outputs
     if getattr(original, "_treetune_vocab_support", False):

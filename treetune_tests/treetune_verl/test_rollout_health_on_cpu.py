@@ -46,6 +46,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 HEALTHY = {KL_METRIC: 0.001, PROBS_DIFF_METRIC: 0.003}
 SPIKE = {KL_METRIC: 0.05, PROBS_DIFF_METRIC: 0.004}  # above warn_kl only
 BROKEN = {KL_METRIC: 2.95, PROBS_DIFF_METRIC: 0.39}  # the masked-context bug on CPU
+METRICS = (KL_METRIC, PROBS_DIFF_METRIC)
 CAUSES = (
     "#6278",
     "position ids",
@@ -237,17 +238,42 @@ def test_no_metrics_without_rollout_log_probs():
 # ------------------------------------------------------------------------------------------------------------ config
 
 
-def test_defaults_in_one_place_and_the_recipe_yaml_repeats_them():
-    defaults = RolloutHealthConfig()
-    assert (defaults.warn_kl, defaults.warn_probs_diff, defaults.stop_kl, defaults.stop_probs_diff) == (
-        0.01,
-        0.02,
-        1.0,
-        0.2,
-    )
-    assert defaults.enabled is True and defaults.max_consecutive_warnings == 5
+#: Per-step (rollout_corr/kl, training/rollout_probs_diff_mean) of measured CPU runs (verl 0.9.1; recipe README,
+#: "Rollout engines on CPU"). Healthy: the demo (warm start, 30 steps; the largest |kl| and probs diff of each run) and
+#: 3-step GRPO runs of the context-sensitive model at lr 1e-2 on each engine.
+HEALTHY_RUNS = {
+    "demo, hf": [(-1.59e-3, 3.4e-3)],
+    "demo, vLLM fp32": [(-1.02e-3, 3.3e-3)],
+    "demo, vLLM bf16": [(-1.54e-3, 3.2e-3)],
+    "GRPO lr 1e-2, hf": [(2.7e-3, 5.8e-3), (-2.7e-3, 7.3e-3), (1e-4, 9.2e-3)],
+    "GRPO lr 1e-2, vLLM fp32": [(3.6e-3, 6.7e-3), (0.0, 7.5e-3), (3.2e-3, 8.0e-3)],
+    "GRPO lr 1e-2, vLLM fp32 (e2e)": [(-1.9e-3, 6.8e-3), (5.4e-3, 8.0e-3), (1.2e-3, 8.3e-3)],
+}
+#: Broken runs, as measured (each stays broken: its last step repeats until the run would end).
+BROKEN_RUNS = {
+    "trainer over the padded vocabulary (vLLM)": [(2.78e-2, 1.10e-2), (3.37e-2, 1.28e-2), (4.82e-2, 1.24e-2)],
+    "stale rollout weights (vLLM, no sync after start-up)": [(-1.8e-3, 6.9e-3), (0.78, 0.16), (1.89, 0.22)],
+    "trainer forward without its context (rms_norm_eps=100)": [(4.22, 0.28)],
+}
+
+
+@pytest.mark.parametrize("run", sorted(HEALTHY_RUNS))
+def test_default_thresholds_never_warn_on_a_measured_healthy_run(run):
+    assert set(statuses(RolloutHealthMonitor(), [dict(zip(METRICS, step)) for step in HEALTHY_RUNS[run]])) == {"ok"}
+
+
+@pytest.mark.parametrize("run", sorted(BROKEN_RUNS))
+def test_default_thresholds_stop_every_measured_broken_run(run):
+    steps = [dict(zip(METRICS, step)) for step in BROKEN_RUNS[run]]
+    steps += [steps[-1]] * (RolloutHealthConfig().max_consecutive_warnings - 1)
+    seen = statuses(RolloutHealthMonitor(), steps)
+    assert "stop" in seen, seen
+    assert all(status != "ok" for status in seen[seen.index("stop") - 1 : seen.index("stop")]), seen
+
+
+def test_the_recipe_yaml_repeats_the_defaults():
     recipe = yaml.safe_load((REPO_ROOT / "treetune_recipe" / "cpo" / "config" / "cpo_trainer.yaml").read_text())
-    assert RolloutHealthConfig(**recipe["treetune"]["rollout_health"]) == defaults
+    assert RolloutHealthConfig(**recipe["treetune"]["rollout_health"]) == RolloutHealthConfig()
 
 
 def test_a_config_without_the_block_gets_the_defaults_and_the_block_is_read():

