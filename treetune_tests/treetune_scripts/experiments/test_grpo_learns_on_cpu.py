@@ -18,20 +18,21 @@ Setting: the experiments' default warm start (``build_warm_start()``), GRPO with
 set of 16 prompts (the first 16 rows of the warm start's ``train.parquet``), which are also verl's validation set: its
 greedy accuracy (``GREEDY_VAL_ACC_KEY``) at step 0 and at the last step says whether the policy learned those prompts.
 
-Measured on the shared 2-core box (``pytest -s`` prints the same numbers), lr 2e-4, 40 steps:
+Measured on the 2-core box (``pytest -s`` prints the same numbers), lr 2e-4, 40 steps, verl 0.9.1, the warm start
+with head_dim 32 (for vLLM's CPU attention):
 
-    seed  train reward, mean of first 5 -> last 5 steps  greedy acc (16 prompts)  rollout_corr/kl       run wall
-    0     -0.856 -> -0.138 (+0.72)                        0.1875 -> 0.625          [-1.5e-3, -1.1e-4]    173 s
-    1     -0.844 -> -0.150 (+0.69)                        0.1875 -> 0.5625         [-1.6e-3, -4.8e-4]    175 s
+    rollout  seed  train reward, mean of first 5 -> last 5 steps  greedy acc (16 prompts)  |rollout_corr/kl| max  run
+    hf       0     -0.769 -> -0.138 (+0.63)                        0.25 -> 0.625            1.5e-3                 105 s
+    hf       1     -0.781 -> -0.150 (+0.63)                        0.25 -> 0.5625           1.5e-3                 117 s
+    vllm     0     -0.775 -> -0.269 (+0.51)                        0.25 -> 0.4375           1.2e-3                 147 s
+    vllm     0     -0.788 -> -0.094 (+0.69) (a rerun)              0.25 -> 0.5              1.2e-3                 155 s
+    vllm     1     -0.781 -> -0.081 (+0.70)                        0.25 -> 0.5              1.2e-3                 218 s
 
-Variants: 30 steps gave +0.61 / +0.36 reward and 0.625 / 0.4375 final accuracy (seeds 0 / 1): too thin a margin on
-seed 1. lr 5e-4 (40 steps) did not learn reliably: reward +0.34 / +0.21, final accuracy unchanged at 0.1875 for both
-seeds; within 10 steps it moves the policy 1.4-1.6 nats/token from the reference (``actor/kl_loss``; 0.2-0.3 after 40
-steps at 2e-4) and up to 52% / 77% of a step's responses run into the 48-token limit (at most 3% at 2e-4).
-
-Thresholds are about half of the smaller measured margin: reward gain >= 0.3 (measured 0.69 and 0.72), accuracy gain
->= 3/16 (measured 6/16 and 7/16). Two runs with the same seed are not bit-identical (their rewards part from step 2;
-a rerun of seed 0 gave -0.838 -> -0.094 and 0.1875 -> 0.625), hence the slack. Health: the rollout's log-probs match
+Two runs with the same seed are not bit-identical (the rerun of vLLM seed 0 parts from the first), hence the slack.
+Thresholds are about half of the smallest measured margin, over both rollouts: reward gain >= 0.3 (smallest 0.51),
+accuracy gain >= 2/16 (smallest 3/16). On the previous warm start (head_dim 24, the hf rollout only) 30 steps left a
+thin margin and lr 5e-4 did not learn reliably (up to 77 % of a step's responses at the 48-token limit). With vLLM,
+learning is the proof that verl's weight sync reaches the engine at every step. Health: the rollout's log-probs match
 the trainer's, ``|rollout_corr/kl| < 0.01`` at every step (about 3 before the attention-mask fix,
 ``no_padding_attention_mask`` in ``treetune_verl/patches.py``).
 """
@@ -61,7 +62,7 @@ WINDOW = 5
 RUN_TIMEOUT_S = 900
 #: About half of the smaller measured gain (see the module docstring).
 REWARD_GAIN_MIN = 0.3
-VAL_ACC_GAIN_MIN = 3 / NUM_PROMPTS
+VAL_ACC_GAIN_MIN = 2 / NUM_PROMPTS
 #: Healthy bf16-trainer vs fp32-rollout mismatch is about 1e-3 nats per token; the attention-mask bug gave ~3.
 ROLLOUT_KL_MAX = 0.01
 REWARD_KEY = "critic/score/mean"

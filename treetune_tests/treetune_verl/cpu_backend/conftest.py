@@ -18,15 +18,17 @@ import torch
 
 
 @torch.no_grad()
-def _naive_greedy(model, prompt, steps, eos=()):
+def _naive_greedy(model, prompt, steps, eos=(), vocab_size=None):
     """One prompt, no padding, no KV cache: a full forward pass for every new token (the reference decoder).
+
+    Only ids below ``vocab_size`` (the tokenizer's length; default: every output row) are candidates.
 
     Returns:
         (tokens, log_probs): the greedy tokens (the EOS token kept when reached) and their log-probabilities.
     """
     sequence, tokens, log_probs = list(prompt), [], []
     for _ in range(steps):
-        logits = model(torch.tensor([sequence])).logits[0, -1].float()
+        logits = model(torch.tensor([sequence])).logits[0, -1, :vocab_size].float()
         token = int(logits.argmax())
         tokens.append(token)
         log_probs.append(float(torch.log_softmax(logits, -1)[token]))

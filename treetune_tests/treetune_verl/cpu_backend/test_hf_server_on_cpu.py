@@ -57,6 +57,11 @@ def prompts_for(server, count):
     ]
 
 
+def tokenizer_ids(server) -> int:
+    """The server samples among the tokenizer's ids only (the model's output layer has padding rows beyond them)."""
+    return len(server.model_config.tokenizer)
+
+
 async def generate_all(server, prompts, params):
     return await asyncio.gather(
         *[server.generate(prompt_ids=p, sampling_params=dict(params), request_id=str(i)) for i, p in enumerate(prompts)]
@@ -69,13 +74,17 @@ def test_concurrent_greedy_requests_are_batched_and_match_one_by_one_decoding(se
     reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     for prompt, output in zip(prompts, outputs):
         assert isinstance(output, TokenOutput)
-        expected_tokens, expected_log_probs = naive_greedy(reference, prompt, RESPONSE_LENGTH, server.eos_token_ids)
+        expected_tokens, expected_log_probs = naive_greedy(
+            reference, prompt, RESPONSE_LENGTH, server.eos_token_ids, tokenizer_ids(server)
+        )
         assert output.token_ids == expected_tokens
         torch.testing.assert_close(torch.tensor(output.log_probs), torch.tensor(expected_log_probs))
         assert output.stop_reason == "completed"
         # Control: the same decoding with one prompt token dropped gives another continuation or other log-probs.
         dropped = prompt[: len(prompt) // 2] + prompt[len(prompt) // 2 + 1 :]
-        control_tokens, control_log_probs = naive_greedy(reference, dropped, RESPONSE_LENGTH, server.eos_token_ids)
+        control_tokens, control_log_probs = naive_greedy(
+            reference, dropped, RESPONSE_LENGTH, server.eos_token_ids, tokenizer_ids(server)
+        )
         if control_tokens == output.token_ids:
             with pytest.raises(AssertionError):
                 torch.testing.assert_close(torch.tensor(output.log_probs), torch.tensor(control_log_probs))
@@ -96,7 +105,7 @@ def test_log_probs_only_when_asked_and_max_tokens_rule(server):
 def test_eos_is_kept_as_last_token_when_generation_stops_early(server, model_dir, naive_greedy):
     (prompt,) = prompts_for(server, 1)
     reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    free_run, _ = naive_greedy(reference, prompt, RESPONSE_LENGTH, eos=())
+    free_run, _ = naive_greedy(reference, prompt, RESPONSE_LENGTH, eos=(), vocab_size=tokenizer_ids(server))
     server.eos_token_ids = [free_run[1]]  # make the second greedy token an end-of-sequence token
     (output,) = asyncio.run(generate_all(server, [prompt], GREEDY))
     assert output.token_ids == free_run[: free_run.index(free_run[1]) + 1]
@@ -118,7 +127,7 @@ def test_update_weights_changes_generation_to_that_of_the_new_weights(server, mo
     after = asyncio.run(generate_all(server, prompts, GREEDY))
     assert loaded == len(named)
     for prompt, new in zip(prompts, after):
-        expected, _ = naive_greedy(trained, prompt, RESPONSE_LENGTH, server.eos_token_ids)
+        expected, _ = naive_greedy(trained, prompt, RESPONSE_LENGTH, server.eos_token_ids, tokenizer_ids(server))
         assert new.token_ids == expected
         assert new.extra_fields["global_steps"] == 7
     assert [o.token_ids for o in before] != [n.token_ids for n in after]
