@@ -25,7 +25,8 @@ Steps:
    ppo_trainer_cpu`` runs upstream GRPO instead), streaming progress to the console and the full log to
    ``<output-dir>/train.log`` (appended to, one header line per run); metrics go to ``<output-dir>/metrics.jsonl``
    (verl's file logger; a resumed run keeps the earlier steps, a fresh one starts the file anew);
-4. plot ``<output-dir>/learning_curve.png`` (reward and validation accuracy, CPO shaping magnitude, step time) and
+4. plot ``<output-dir>/learning_curve.png`` (reward and validation accuracy, CPO shaping magnitude, step time, the
+   rollout/trainer mismatch) and
    ``<output-dir>/all_metrics.png`` (every metric), and print a summary with wall time, step times and peak memory.
 
 Usage::
@@ -63,6 +64,7 @@ KEY_CURVES = [
     "actor/cpo/adv_delta_absmean",
     "cpo/gw_minus_old_absmean",
     "timing_s/step",
+    "rollout_corr/kl",  # the rollout/trainer agreement the run-health guard reads (healthy: |kl| ~ 0.001)
 ]
 _STEP_LINE = re.compile(r"step:(\d+) - (.*)")
 # A console value is a plain number or, with numpy 2, its repr (``np.float64(0.25)``).
