@@ -506,18 +506,25 @@ def append_file_logger() -> None:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def mask_padded_vocabulary(logits, vocab_size: int):
-    """``logits`` with every column at or above ``vocab_size`` set to the dtype's lowest finite value.
+def padding_logit(dtype) -> float:
+    """The logit given to a masked output row: far below any real logit, yet finite after verl divides the logits by
+    a sampling temperature (down to 1e-3; 0.1 for fp16), so that the entropy ``sum p * logit`` stays finite where
+    ``-inf`` would give ``0 * inf``. Its probability is exactly 0 after the softmax."""
+    import torch
 
-    A finite value rather than ``-inf`` keeps the entropy (``sum p * logit``) finite; after the log-softmax those
-    columns carry exactly zero probability. Returns ``logits`` itself when it has no such column.
-    """
+    lowest = torch.finfo(dtype).min
+    return lowest / 1e4 if torch.finfo(dtype).max > 1e30 else lowest / 10
+
+
+def mask_padded_vocabulary(logits, vocab_size: int):
+    """``logits`` with every column at or above ``vocab_size`` set to :func:`padding_logit` (a new tensor), or
+    ``logits`` itself when it has no such column."""
     import torch
 
     if logits.shape[-1] <= vocab_size:
         return logits
     padding = torch.arange(logits.shape[-1], device=logits.device) >= vocab_size
-    return logits.masked_fill(padding, torch.finfo(logits.dtype).min)
+    return logits.masked_fill(padding, padding_logit(logits.dtype))
 
 
 def _patch_trainer_vocabulary_support(module: ModuleType) -> None:
@@ -528,9 +535,9 @@ def _patch_trainer_vocabulary_support(module: ModuleType) -> None:
     tokenizer's ids. The trainer's log-softmax runs over all ``config.vocab_size`` rows of the output layer, which
     checkpoints pad (Qwen3: 151936 rows for 151669 tokens). Where the model puts mass m on the padding rows, every
     trainer log-prob is lower by -log(1 - m) than the rollout's: trainer and rollout work on different supports, and
-    the policy trained is not the one sampled. The wrapper masks the same tail of ``output.logits`` before the
-    original method computes log-probs and entropy. The fused-kernel path (``use_fused_kernels``) never materialises
-    the logits and is left as it is.
+    the policy trained is not the one sampled. The wrapper masks the same tail of ``output.logits`` (see
+    :func:`padding_logit`) before the original method computes log-probs and entropy. The fused-kernel path
+    (``use_fused_kernels``) never materialises the logits and is left as it is.
     """
     # SYNC WARNING: verl/workers/engine/fsdp/transformer_impl.py:FSDPEngineWithLMHead.prepare_model_outputs (0.9.1
     # l.1332, 0.7.1 l.992: log-probs and entropy from output.logits)

@@ -331,14 +331,19 @@ def test_a_patch_listed_in_treetune_skip_patches_is_not_applied_in_a_fresh_proce
     assert "patch 'main_ppo_preflight' skipped" in proc.stdout
 
 
-def test_masked_padding_rows_carry_no_probability_and_the_rest_renormalise():
-    logits = torch.randn(3, 5, 12, generator=torch.Generator().manual_seed(0)) * 4
-    masked = patches.mask_padded_vocabulary(logits, 9)
-    log_probs = torch.log_softmax(masked, -1)
-    torch.testing.assert_close(log_probs[..., :9], torch.log_softmax(logits[..., :9], -1))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("temperature", [1.0, 0.6, 0.1])
+def test_masked_padding_rows_carry_no_probability_and_the_rest_renormalise(dtype, temperature):
+    logits = (torch.randn(3, 5, 12, generator=torch.Generator().manual_seed(0)) * 4).to(dtype)
+    # verl divides the logits by the sampling temperature after the mask, then takes log-softmax and entropy
+    scaled = patches.mask_padded_vocabulary(logits, 9).float() / temperature
+    log_probs = torch.log_softmax(scaled, -1)
+    torch.testing.assert_close(log_probs[..., :9], torch.log_softmax(logits[..., :9].float() / temperature, -1))
     assert torch.equal(log_probs[..., 9:].exp(), torch.zeros(3, 5, 3))
-    entropy = -(log_probs.exp() * log_probs).sum(-1)  # what verl's entropy computes: finite, unlike with -inf
-    assert torch.isfinite(entropy).all()
+    # verl's entropy formula: finite (with -inf it would be nan), and the entropy over the 9 ids
+    entropy = torch.logsumexp(scaled, -1) - (torch.softmax(scaled, -1) * scaled).sum(-1)
+    probs = log_probs[..., :9].exp()
+    torch.testing.assert_close(entropy, -(probs * log_probs[..., :9]).sum(-1), atol=1e-4, rtol=1e-4)
     assert patches.mask_padded_vocabulary(logits, 12) is logits and patches.mask_padded_vocabulary(logits, 20) is logits
 
 
