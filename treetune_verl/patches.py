@@ -131,6 +131,13 @@ def _apply_once(patch_name: str, apply: Callable[[], None]) -> None:
         _APPLIED.add(patch_name)
 
 
+def _apply_on_import(patch_name: str, module_name: str, patch: Callable[[ModuleType], None]) -> None:
+    """Check the verl version now, then apply ``patch`` (once, see :func:`_apply_once`) to ``module_name`` right after
+    that module is imported in this process, or at once if it already is."""
+    require_verl_version(patch_name)
+    run_after_import(module_name, lambda module: _apply_once(patch_name, lambda: patch(module)))
+
+
 def applied_patches() -> frozenset[str]:
     """Names of the patches applied in this process (for tests and debugging)."""
     return frozenset(_APPLIED)
@@ -253,11 +260,7 @@ def flash_attn_installed() -> bool:
 
 def apply_pure_torch_attention_utils() -> None:
     """Make verl's pad/unpad helpers use its pure-torch module in this process (CPU, or CUDA without flash-attn)."""
-    require_verl_version("pure_torch_attention_utils")
-    run_after_import(
-        "verl.utils.attention_utils",
-        lambda module: _apply_once("pure_torch_attention_utils", lambda: _patch_attention_utils(module)),
-    )
+    _apply_on_import("pure_torch_attention_utils", "verl.utils.attention_utils", _patch_attention_utils)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -341,17 +344,13 @@ def _patch_no_padding_attention_mask(module: ModuleType) -> None:
 
 def apply_engine_worker_fixes() -> None:
     """Apply, once verl's engine modules are imported in this process, the fixes they need on every device."""
-    require_verl_version("keep_actor_on_device_after_weight_sync")
-    run_after_import(
+    _apply_on_import(
+        "keep_actor_on_device_after_weight_sync",
         "verl.workers.engine_workers",
-        lambda module: _apply_once(
-            "keep_actor_on_device_after_weight_sync", lambda: _patch_keep_actor_on_device_after_weight_sync(module)
-        ),
+        _patch_keep_actor_on_device_after_weight_sync,
     )
-    require_verl_version("no_padding_attention_mask")
-    run_after_import(
-        "verl.workers.engine.fsdp.transformer_impl",
-        lambda module: _apply_once("no_padding_attention_mask", lambda: _patch_no_padding_attention_mask(module)),
+    _apply_on_import(
+        "no_padding_attention_mask", "verl.workers.engine.fsdp.transformer_impl", _patch_no_padding_attention_mask
     )
 
 
@@ -395,11 +394,7 @@ def _patch_validate_config_preflight(module: ModuleType) -> None:
 
 def install_main_ppo_preflight() -> None:
     """Wrap upstream ``validate_config`` with the preflight checks once ``verl.utils.config`` is imported."""
-    require_verl_version("main_ppo_preflight")
-    run_after_import(
-        "verl.utils.config",
-        lambda module: _apply_once("main_ppo_preflight", lambda: _patch_validate_config_preflight(module)),
-    )
+    _apply_on_import("main_ppo_preflight", "verl.utils.config", _patch_validate_config_preflight)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -563,10 +558,8 @@ def _patch_trainer_vocabulary_support(module: ModuleType) -> None:
 
 def apply_trainer_vocabulary_support() -> None:
     """Mask the padded vocabulary rows in the FSDP engine's log-probs once its module is imported (every device)."""
-    require_verl_version("trainer_vocabulary_support")
-    run_after_import(
-        "verl.workers.engine.fsdp.transformer_impl",
-        lambda module: _apply_once("trainer_vocabulary_support", lambda: _patch_trainer_vocabulary_support(module)),
+    _apply_on_import(
+        "trainer_vocabulary_support", "verl.workers.engine.fsdp.transformer_impl", _patch_trainer_vocabulary_support
     )
 
 
@@ -703,8 +696,6 @@ def apply_vllm_cpu_fixes() -> None:
         return
     _apply_once("vllm_cpu_version_lookup", _patch_vllm_cpu_version_lookup)
     _apply_once("vllm_replica_cpu_accelerator_ids", _patch_cpu_accelerator_ids)
-    require_verl_version("vllm_cpu_layerwise_weight_reload")
-    run_after_import(
-        "verl.workers.rollout.vllm_rollout.utils",
-        lambda module: _apply_once("vllm_cpu_layerwise_weight_reload", lambda: _patch_layerwise_weight_reload(module)),
+    _apply_on_import(
+        "vllm_cpu_layerwise_weight_reload", "verl.workers.rollout.vllm_rollout.utils", _patch_layerwise_weight_reload
     )
