@@ -256,6 +256,7 @@ HEALTHY_RUNS = {
 BROKEN_RUNS = {
     "trainer over the padded vocabulary, 8 responses": [(2.78e-2, 1.10e-2), (3.37e-2, 1.28e-2), (4.82e-2, 1.24e-2)],
     "trainer over the padded vocabulary, 32 responses": [(4.84e-2, 1.17e-2), (3.59e-2, 1.31e-2), (4.45e-2, 1.18e-2)],
+    "trainer over the padded vocabulary, 32 responses (2)": [(4.18e-2, 1.18e-2), (2.48e-2, 1.04e-2), (2.08e-2, 9.0e-3)],
     "stale rollout weights, 8 responses": [(1.73e-3, 6.25e-3), (0.873, 0.154), (2.147, 0.189)],
     "stale rollout weights, 32 responses": [(7.2e-4, 6.92e-3), (2.415, 0.211), (4.454, 0.261)],
     "trainer forward without its context (rms_norm_eps=100)": [(4.22, 0.28)],
