@@ -26,12 +26,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from treetune_recipe.cpo.cpo_core_algos import CPO_WRAPPERS, DIFFICULTY_MODES, LOSS_POSITIONS
+from treetune_recipe.cpo.cpo_advantage_wrappers import CPO_WRAPPERS
+from treetune_recipe.cpo.cpo_core_algos import DIFFICULTY_MODES, LOSS_POSITIONS
 
 
 @dataclass
 class CPOConfig:
-    """CPO knobs (``cpo.*``). See spec ``cpo_algorithm.md`` §5-§7 for what each wrapper does."""
+    """CPO knobs (``cpo.*``). Each wrapper's docstring (``cpo_advantage_wrappers.py``) is its formula."""
 
     wrap_method: str = field(
         default="seq_kl",

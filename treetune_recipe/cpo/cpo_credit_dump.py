@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from treetune_recipe.cpo.cpo_core_algos import get_cpo_wrapper
+from treetune_recipe.cpo.cpo_advantage_wrappers import get_cpo_wrapper
 
 #: Row kinds, in the order rows are picked round-robin (difficulty label, correct?).
 ROW_KINDS = {"mixed_correct": (0, True), "mixed_wrong": (0, False), "all_wrong": (-1, False), "all_correct": (1, True)}

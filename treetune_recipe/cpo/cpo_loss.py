@@ -20,7 +20,8 @@ partial is pickled by reference, so this module imports verl's worker modules on
 
 import torch
 
-from treetune_recipe.cpo.cpo_core_algos import apply_loss_position, get_cpo_wrapper
+from treetune_recipe.cpo.cpo_advantage_wrappers import get_cpo_wrapper
+from treetune_recipe.cpo.cpo_core_algos import apply_loss_position
 
 # Batch keys the CPO loss reads; the trainer adds the first three (names fixed) before the actor update.
 CPO_BATCH_KEYS = ("gw_log_probs", "seq_rewards", "difficulty", "old_log_probs", "advantages", "response_mask")

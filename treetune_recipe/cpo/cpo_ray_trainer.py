@@ -45,12 +45,8 @@ from verl.utils.debug import marked_timer
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
 from treetune_recipe.cpo.config import CPOConfig
-from treetune_recipe.cpo.cpo_core_algos import (  # importing registers the "cpo" estimator
-    compute_difficulty_mask,
-    log_ratio,
-    mutual_information,
-    rows_reading_hint,
-)
+from treetune_recipe.cpo.cpo_advantage_wrappers import log_ratio, mutual_information, rows_reading_hint
+from treetune_recipe.cpo.cpo_core_algos import compute_difficulty_mask  # importing registers the "cpo" estimator
 from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig, maybe_dump_credit
 from treetune_recipe.cpo.cpo_hint import HintConfig, build_hint_batch
 from treetune_recipe.cpo.cpo_loss import cpo_ppo_loss
@@ -97,7 +93,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         )
 
         # A credit-dump step scores every row under the hint, so the dump shows the real δ of each response it keeps
-        # (the shaped advantages are the same either way: cpo_core_algos.rows_reading_hint).
+        # (the shaped advantages are the same either way: cpo_advantage_wrappers.rows_reading_hint).
         dump_step = self.global_steps in self.credit_dump_config.steps
         gw_log_probs, scored_rows, hint_metrics, hint_batch = self._hint_log_probs(
             batch, seq_rewards, difficulty, timing, score_all=dump_step

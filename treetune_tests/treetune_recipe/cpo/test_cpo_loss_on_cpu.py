@@ -37,7 +37,8 @@ from verl.workers.utils.losses import ppo_loss
 from verl.workers.utils.padding import left_right_2_no_padding
 
 from treetune_recipe.cpo.config import CPOConfig
-from treetune_recipe.cpo.cpo_core_algos import apply_loss_position, get_cpo_wrapper
+from treetune_recipe.cpo.cpo_advantage_wrappers import get_cpo_wrapper
+from treetune_recipe.cpo.cpo_core_algos import apply_loss_position
 from treetune_recipe.cpo.cpo_loss import cpo_ppo_loss
 
 PROMPT_WIDTH, RESPONSE_WIDTH, BATCH = 5, 7, 8

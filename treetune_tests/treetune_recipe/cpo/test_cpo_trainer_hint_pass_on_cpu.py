@@ -33,7 +33,8 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
 from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME
-from treetune_recipe.cpo.cpo_core_algos import compute_cpo_outcome_advantage, get_cpo_wrapper, rows_reading_hint
+from treetune_recipe.cpo.cpo_advantage_wrappers import get_cpo_wrapper, rows_reading_hint
+from treetune_recipe.cpo.cpo_core_algos import compute_cpo_outcome_advantage
 from treetune_recipe.cpo.cpo_hint import build_hint_batch
 from treetune_recipe.cpo.cpo_ray_trainer import RayCPOTrainer
 

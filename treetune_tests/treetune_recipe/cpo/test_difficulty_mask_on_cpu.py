@@ -65,7 +65,7 @@ def test_reference_mode_reproduces_the_forks_all_zeros(case):
 
 
 def test_spec_intended_labels_on_the_golden_batches():
-    # spec §4 "intended" column for the ±1 and mixed batches (with fixed success = 1.0, not the batch max)
+    # the intended labels for the ±1 and mixed batches (with fixed success = 1.0, not the batch max)
     entry = GOLDEN["difficulty_mask_reference"]["mixed_batch"]
     torch.testing.assert_close(_labels(entry["rewards"], entry["uids"]), torch.tensor([1.0, 1, -1, -1, 0, 0]))
     entry = GOLDEN["difficulty_mask_reference"]["all_same_batch"]

@@ -28,7 +28,7 @@ import types
 import pytest
 import torch
 
-from treetune_recipe.cpo.cpo_core_algos import CPO_WRAPPERS, rows_reading_hint
+from treetune_recipe.cpo.cpo_advantage_wrappers import CPO_WRAPPERS, rows_reading_hint
 
 ALPHAS = (0.0, None, 0.4, -0.3)
 CONFIGS = [
