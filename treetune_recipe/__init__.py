@@ -11,4 +11,9 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Self-contained RL recipes built on treetune_verl and upstream verl (one subpackage per recipe)."""
+"""RL recipes built on :mod:`treetune_verl` and upstream verl, one subpackage per recipe.
+
+A recipe brings its Hydra config (inheriting verl's ``ppo_trainer``), an entry point that runs upstream ``run_ppo``,
+and the trainer, loss and checks it needs. Today there is one: :mod:`treetune_recipe.cpo` (entry point
+``python -m treetune_recipe.cpo.main_cpo``).
+"""

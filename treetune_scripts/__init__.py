@@ -11,4 +11,11 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Command-line scripts, one per job: demo, tiny assets, plots, benchmarks, license check."""
+"""Command-line scripts, one per job, each run as ``python -m treetune_scripts.<name>``.
+
+``run_demo`` (the CPU demo), ``make_tiny_assets`` (the tiny model and data sets of every CPU test), ``plot_metrics``
+and ``credit_report`` (a run's curves and token-credit page), the ``bench_*`` benchmarks, ``check_license_header``,
+``gpu_install`` (the GPU-node install and its resolver check) and ``run_upstream_cpu_tests`` (verl's own CPU tests
+with and without verl-cpu). Data preparation is in :mod:`treetune_scripts.data`, the CPU experiments in
+:mod:`treetune_scripts.experiments`.
+"""

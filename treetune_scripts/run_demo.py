@@ -21,7 +21,7 @@ Steps:
    run trains on a small fixed prompt set that is also its validation set, so learning shows within minutes;
 2. compose the run config and check it (``treetune_verl.preflight``): bad input stops here with one clear message;
 3. run the trainer as a subprocess (default: the CPO recipe, ``treetune_recipe.cpo.main_cpo`` with ``cpo_trainer``
-   and ``platform=cpu``; ``--entry-module verl.trainer.main_ppo --config-dir treetune_verl/config --config-name
+   and ``platform=cpu``; ``--entry-module verl.trainer.main_ppo --config-dir <verl_cpu/config> --config-name
    ppo_trainer_cpu`` runs upstream GRPO instead), streaming progress to the console and the full log to
    ``<output-dir>/train.log`` (appended to, one header line per run); metrics go to ``<output-dir>/metrics.jsonl``
    (verl's file logger; a resumed run keeps the earlier steps, a fresh one starts the file anew);
@@ -46,7 +46,7 @@ from pathlib import Path
 
 from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME, ENTRY_MODULE
 from treetune_scripts.experiments.warm_start import GREEDY_VAL_ACC_KEY, HINT_OVERRIDES, TASK_RL_OVERRIDES
-from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, launch_training, read_metrics, tiny_run_overrides
+from treetune_verl.tiny_run import METRICS_FILE, launch_training, read_metrics, tiny_run_overrides
 
 DEFAULT_OUTPUT_DIR = Path("outputs/demo")
 DEFAULT_ENTRY_MODULE = ENTRY_MODULE

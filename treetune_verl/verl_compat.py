@@ -20,6 +20,8 @@ TaskRunner module      ``verl.trainer.main_ppo_v0`` (v0 path,       ``verl.train
                        ``trainer.use_v1=false``)
 TaskRunner class       ``@ray.remote``: subclass the undecorated    plain class
                        class Ray keeps in ``__ray_actor_class__``
+worker implementation  engine workers only (no legacy workers;      legacy ``fsdp_workers`` unless
+                       the key is gone)                             ``trainer.use_legacy_worker_impl=disable``
 =====================  ==========================================  =============================================
 """
 
@@ -46,3 +48,10 @@ def task_runner_base() -> type:
     # SYNC WARNING: verl/trainer/main_ppo_v0.py:TaskRunner (0.9.1 l.136-137, @ray.remote); 0.7.1 main_ppo.py l.108
     runner = trainer_module().TaskRunner
     return getattr(runner, "__ray_actor_class__", runner)
+
+
+def uses_engine_workers(config) -> bool:
+    """True when a run of ``config`` builds verl's engine workers (the path the recipes need)."""
+    # SYNC WARNING: verl/trainer/main_ppo.py:TaskRunner.add_actor_rollout_worker (0.7.1 l.123-131, legacy workers
+    # unless use_legacy_worker_impl=disable); verl 0.9.1 has engine workers only
+    return not verl_is("0.7.1") or config.trainer.get("use_legacy_worker_impl", "auto") == "disable"

@@ -15,26 +15,23 @@
 
 verl imports each module listed (comma-separated) in the ``VERL_USE_EXTERNAL_MODULES`` environment variable when
 ``verl`` itself is imported, in the driver and in every Ray worker. ``treetune_recipe/cpo/config/cpo_trainer.yaml``
-lists this module; the CPU profile (``platform=cpu``) lists :mod:`treetune_verl.cpu_backend`, which imports this one.
+lists this module. (The CPU profile, ``platform=cpu``, lists ``verl_cpu.activate`` instead, which applies the same
+engine fixes on CPU; the fix for accelerators only below does nothing there.)
 
-On import it applies the version-guarded engine fixes of :mod:`treetune_verl.patches` (the actor kept on its device
-after weight sync; a full-sequence attention mask on the FSDP engine's padded path, verl #6278; the trainer's
-log-probs normalised over the tokenizer's ids, as the vLLM rollout's are) and, where the
-``flash_attn`` package is missing, routes verl's pad/unpad helpers to verl's own pure-torch implementation.
+On import it applies the version-guarded engine fixes of :mod:`treetune_verl.patches`: the actor kept on its device
+after weight sync (verl 0.7.1), and verl-cpu's FSDP-engine fixes, right on every device (a full-sequence attention
+mask on the padded path, verl #6278; the trainer's log-probs normalised over the tokenizer's ids, as the vLLM
+rollout's are; verl's pure-torch pad/unpad helpers where ``flash_attn`` is missing).
 """
 
 from treetune_verl import patches
 
-#: Module path to list in ``VERL_USE_EXTERNAL_MODULES`` on an accelerator node.
 MODULE = __name__
 
 
 def setup() -> None:
     """Apply the fixes every treetune Ray process needs (idempotent)."""
     patches.apply_engine_worker_fixes()
-    patches.apply_trainer_vocabulary_support()
-    if not patches.flash_attn_installed():
-        patches.apply_pure_torch_attention_utils()
 
 
 setup()

@@ -11,7 +11,16 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The CPO recipe: GRPO with hint-guided advantage shaping (config, trainer, loss, hint batch, start-up checks)."""
+"""The CPO recipe: GRPO with hint-guided advantage shaping.
+
+Entry point ``main_cpo`` (Hydra config ``config/cpo_trainer.yaml``) runs upstream ``run_ppo`` with ``CPOTaskRunner``,
+which trains with ``RayCPOTrainer`` (``cpo_ray_trainer``: difficulty labels, hint batch from ``cpo_hint``, hinted
+log-probs). On the workers ``cpo_loss`` shapes the advantages with the wrapper chosen by ``cpo.wrap_method``
+(``cpo_advantage_wrappers``) and the token selection of ``cpo.loss_position`` (``cpo_core_algos``, which also
+registers the ``cpo`` advantage estimator), then calls upstream ``ppo_loss``. ``config`` validates the ``cpo`` block,
+``preflight`` checks a run before Ray starts, ``cpo_credit_dump`` writes per-token credit, ``cpu_run`` launches the
+recipe on CPU. The constants below name the config and the entry point for launchers and tests.
+"""
 
 from pathlib import Path
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME, ENTRY_MODULE
-from treetune_verl.cpu_backend.tiny_run import TrainingRun, launch_training, tiny_run_overrides
+from treetune_verl.tiny_run import TrainingRun, launch_training, tiny_run_overrides
 
 
 def launch_cpo_on_cpu(
@@ -32,9 +32,9 @@ def launch_cpo_on_cpu(
     experiment_name: str,
     **launch_kwargs: Any,
 ) -> TrainingRun:
-    """:func:`~treetune_verl.cpu_backend.tiny_run.launch_training` of the CPO recipe (``main_cpo``, ``cpo_trainer``).
+    """:func:`~treetune_verl.tiny_run.launch_training` of the CPO recipe (``main_cpo``, ``cpo_trainer``).
 
-    Adds ``platform=cpu``, :func:`~treetune_verl.cpu_backend.tiny_run.tiny_run_overrides` and
+    Adds ``platform=cpu``, :func:`~treetune_verl.tiny_run.tiny_run_overrides` and
     ``hydra.run.dir=<run_dir>/hydra`` before ``overrides``, so the caller's overrides win, and runs in ``run_dir``
     unless ``cwd`` is given.
 

@@ -23,7 +23,7 @@ from treetune_recipe.cpo.config import CPOConfig
 from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig
 from treetune_recipe.cpo.cpo_hint import HintConfig, hint_question, hint_solution, shortest_hint_prompt_lengths
 from treetune_verl.rollout_health import RolloutHealthConfig
-from treetune_verl.version import verl_is
+from treetune_verl.verl_compat import uses_engine_workers
 
 CPO_ESTIMATOR = "cpo"
 DEFAULT_QUESTION_KEY = next(f.default for f in dataclasses.fields(HintConfig) if f.name == "question_key")
@@ -42,13 +42,11 @@ def check_trainer_path(config) -> None:
             "not support yet: RayCPOTrainer runs on the v0 path (RayPPOTrainer). Set trainer.use_v1=false (the "
             "recipe's default)."
         )
-    if verl_is("0.7.1"):
-        worker_impl = config.trainer.get("use_legacy_worker_impl", "auto")
-        if worker_impl != "disable":
-            raise ValueError(
-                f"The recipe runs on verl's engine workers; got trainer.use_legacy_worker_impl={worker_impl}. "
-                "Set trainer.use_legacy_worker_impl=disable."
-            )
+    if not uses_engine_workers(config):
+        raise ValueError(
+            "The recipe runs on verl's engine workers; got trainer.use_legacy_worker_impl="
+            f"{config.trainer.get('use_legacy_worker_impl', 'auto')}. Set trainer.use_legacy_worker_impl=disable."
+        )
 
 
 def check_cpo_config(config) -> None:

@@ -11,4 +11,9 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Command lines that prepare and validate RL parquet files (the schema itself is treetune_verl.data.rl_schema)."""
+"""Command lines that prepare and validate RL parquet files; the schema itself is :mod:`treetune_verl.data.rl_schema`.
+
+``prepare_math`` (MATH train/test, MATH-500, keeping the worked solutions), ``prepare_competition`` (AIME 2024, AIME
+2025, AMC 2023) and ``prepare_gpqa`` (multiple choice) read a local JSONL file or the hub and write parquet;
+``validate_rl_parquet`` checks existing files; ``records`` holds the input records and flags they share.
+"""

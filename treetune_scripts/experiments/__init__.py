@@ -11,4 +11,9 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The CPU experiments: the warm start (verl SFT), CPO vs matched GRPO over seeds, and their summary."""
+"""The CPU experiments, each a set of real recipe runs on a small model.
+
+``warm_start`` fine-tunes the model with verl's own SFT trainer so that RL has something to shape, ``cpo_vs_grpo``
+runs CPO against matched GRPO over seeds from that warm start, and ``summary`` turns the experiment's
+``results.csv`` into ``summary.md`` and ``curves.png``.
+"""

@@ -53,7 +53,7 @@ from treetune_scripts.experiments.warm_start import (
     val_acc_key,
     warm_start_hash,
 )
-from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, read_metrics
+from treetune_verl.tiny_run import METRICS_FILE, read_metrics
 
 DEFAULT_OUTPUT_DIR = Path("outputs/experiments/cpo_vs_grpo")
 #: Responses sampled per held-out prompt at each validation.
@@ -111,7 +111,7 @@ METHOD_KEYS = ("pos_alpha", "neg_alpha", "cpo_lambda")
 
 def _parse_method(name: str) -> str:
     """Check one method name and return it normalised (``cpo`` alone means ``cpo:seq_kl``)."""
-    from treetune_recipe.cpo.cpo_core_algos import CPO_WRAPPERS
+    from treetune_recipe.cpo.cpo_advantage_wrappers import CPO_WRAPPERS
 
     name = "cpo:seq_kl" if name == "cpo" else name
     if name == "grpo":

@@ -21,7 +21,7 @@ initialised tiny model can do neither, so before RL it is fine-tuned on worked s
   that the model learns to read a solution in its context.
 
 Trainer: ``verl.trainer.sft_trainer`` (upstream, unmodified) on the project's CPU backend, run with
-``torch.distributed.run`` in a subprocess (``../shared`` note ``sft_on_cpu.md`` lists the four overrides it needs).
+``torch.distributed.run`` in a subprocess (:func:`sft_command` holds the overrides it needs).
 The checkpoint's ``hf_model`` content is re-saved in float32 as ``model/`` with the tokenizer. The greedy accuracy on
 the validation prompts (plain and hinted) is measured with transformers' ``generate`` and stored in
 ``build_info.json``; :func:`check_mixed_groups` refuses a warm start whose plain accuracy would not give RL mixed
@@ -220,7 +220,7 @@ def run_sft(config: WarmStartConfig, assets_dir: Path, work_dir: Path, log_path:
     command = sft_command(config, assets_dir / "model", train, val, work_dir)
     env = {
         **os.environ,
-        "VERL_USE_EXTERNAL_MODULES": "treetune_verl.cpu_backend",
+        "VERL_USE_EXTERNAL_MODULES": "verl_cpu.activate",
         "TOKENIZERS_PARALLELISM": "false",
         "PYTHONUNBUFFERED": "1",
     }

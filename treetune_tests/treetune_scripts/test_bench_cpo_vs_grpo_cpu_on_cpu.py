@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from treetune_scripts import bench_cpo_vs_grpo_cpu as bench
-from treetune_verl.cpu_backend.tiny_run import TrainingRun
+from treetune_verl.tiny_run import TrainingRun
 
 GRPO = {"timing_s/step": 4.0, "timing_s/gen": 1.0, "timing_s/old_log_prob": 0.8, "timing_s/update_actor": 1.2}
 CPO_ALL = {

@@ -16,11 +16,11 @@
 import json
 
 import pytest
+from verl_cpu.host import accelerator_available
 
 from treetune_scripts import run_demo
 from treetune_scripts.make_tiny_assets import build_tiny_assets
-from treetune_verl.cpu_backend.tiny_run import TrainingRun
-from treetune_verl.preflight import accelerator_available
+from treetune_verl.tiny_run import TrainingRun
 
 
 def test_step_line_is_condensed_to_the_key_metrics():

@@ -11,8 +11,9 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Import direction of the library: code the recipes run at start-up never imports a script, and
-``treetune_verl.preflight`` never imports ``treetune_verl.patches`` (patches import preflight, one way only)."""
+"""Import direction of the library: code the recipes run at start-up never imports a script, the overlay builds on
+verl-cpu and never the other way round (``verl_cpu`` is a distribution of its own), and ``treetune_verl.preflight``
+imports nothing of the overlay (every entry point imports it before anything else)."""
 
 import ast
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+VERL_CPU_PACKAGE = ROOT / "treetune_verl" / "verl-cpu" / "verl_cpu"
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -41,9 +43,25 @@ def test_library_and_recipes_never_import_scripts(folder):
     assert {path: mods for path, mods in offenders.items() if mods} == {}
 
 
-def test_preflight_imports_nothing_of_the_project_but_the_version_leaf():
+def test_verl_cpu_imports_nothing_of_the_overlay():
+    sources = sorted(VERL_CPU_PACKAGE.rglob("*.py"))
+    assert VERL_CPU_PACKAGE / "patches" / "__init__.py" in sources  # the scan sees the whole package
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(m for m in imported_modules(path) if m.split(".")[0].startswith("treetune"))
+        for path in sources
+    }
+    assert {path: mods for path, mods in offenders.items() if mods} == {}
+
+
+def test_verl_cpu_config_names_no_overlay_module():
+    configs = sorted((VERL_CPU_PACKAGE / "config").rglob("*.yaml"))
+    assert configs, "verl-cpu ships its Hydra profile"
+    assert [str(path.relative_to(ROOT)) for path in configs if "treetune" in path.read_text()] == []
+
+
+def test_preflight_imports_nothing_of_the_overlay():
     imported = imported_modules(ROOT / "treetune_verl" / "preflight.py")
-    assert sorted(m for m in imported if m.startswith("treetune_verl")) == ["treetune_verl.version"]
+    assert sorted(m for m in imported if m.startswith("treetune")) == []
     version_imports = imported_modules(ROOT / "treetune_verl" / "version.py")
     assert not [m for m in version_imports if m.startswith(("treetune_verl", "verl"))]  # a leaf: standard library
 

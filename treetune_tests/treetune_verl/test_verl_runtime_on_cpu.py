@@ -20,6 +20,7 @@ import types
 from pathlib import Path
 
 import pytest
+from verl_cpu.preflight import ACTIVATE_MODULE
 
 from treetune_verl import patches, verl_runtime
 from treetune_verl.version import verl_is
@@ -92,16 +93,16 @@ def test_importing_the_runtime_module_patches_verl_engine_workers_on_the_release
         assert "if self.actor.engine.is_param_offload_enabled:" in inspect.getsource(update_weights)
 
 
-def test_the_cpu_backend_applies_the_runtime_fixes_in_a_fresh_process():
+def test_the_runtime_module_applies_its_fixes_in_a_fresh_process():
     probe = (
-        "import treetune_verl.cpu_backend, verl.workers.engine_workers as m; "
+        "import treetune_verl.verl_runtime, verl.workers.engine_workers as m; "
         "print(getattr(m.ActorRolloutRefWorker.update_weights, '_treetune_keep_on_device', False))"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     assert result.stdout.strip().splitlines()[-1] == str(verl_is("0.7.1"))
 
 
-def test_recipe_config_lists_the_runtime_module_and_the_cpu_profile_the_backend():
+def test_recipe_config_lists_the_runtime_module_and_the_cpu_profile_verl_cpus_activation():
     from hydra import compose, initialize_config_dir
 
     from treetune_recipe.cpo import main_cpo
@@ -112,4 +113,4 @@ def test_recipe_config_lists_the_runtime_module_and_the_cpu_profile_the_backend(
         gpu = compose(config_name="cpo_trainer")
         cpu = compose(config_name="cpo_trainer", overrides=["platform=cpu"])
     assert gpu.ray_kwargs.ray_init.runtime_env.env_vars[env_key] == "treetune_verl.verl_runtime"
-    assert cpu.ray_kwargs.ray_init.runtime_env.env_vars[env_key] == "treetune_verl.cpu_backend"
+    assert cpu.ray_kwargs.ray_init.runtime_env.env_vars[env_key] == ACTIVATE_MODULE

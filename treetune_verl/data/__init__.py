@@ -11,4 +11,10 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""RL data of the library: verl's parquet schema and the start-up validator (``rl_schema``)."""
+"""RL data of the library: verl's RL parquet schema as this project writes it, and the checks of data files.
+
+Everything is in :mod:`treetune_verl.data.rl_schema`: ``build_row`` and ``write_rl_parquet`` write rows;
+``validate_rl_dataframe``, ``check_rl_files`` and ``overlong_prompt_problems`` are the checks a recipe's preflight
+runs on its data files before Ray starts. The command lines that prepare and validate data sets are in
+:mod:`treetune_scripts.data`.
+"""

@@ -11,4 +11,4 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Utilities of the shared library (reward functions live in utils/reward_score)."""
+"""Utilities of the shared library; today only the reward functions, in :mod:`treetune_verl.utils.reward_score`."""

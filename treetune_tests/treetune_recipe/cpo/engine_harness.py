@@ -41,13 +41,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+import verl_cpu.activate  # noqa: F401  (as in every Ray process of a CPU run: verl-cpu when no accelerator)
 from hydra import compose, initialize_config_dir
 from verl import DataProto
 from verl.utils import tensordict_utils as tu
 from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
-import treetune_verl.cpu_backend  # noqa: F401  (as in every Ray process of a run: CPU patches when no accelerator)
 from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME
 from treetune_recipe.cpo.config import CPOConfig
 from treetune_recipe.cpo.cpo_loss import cpo_ppo_loss

@@ -12,8 +12,10 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """End to end on CPU: the CPO recipe (``python -m treetune_recipe.cpo.main_cpo platform=cpu``) with real Ray and the
-real verl 0.7.1 trainer on the tiny assets, checked from each run's own outputs (exit status, logged metrics,
-checkpoints, the credit dump). Start-up errors of bad configs are checked through the same entry point.
+real trainer of the installed verl release (0.9.1 in ``.venv``, 0.7.1 in ``.venv-verl0.7.1``) on the tiny assets,
+checked from each run's own outputs (exit status, logged metrics, checkpoints, the credit dump). Start-up errors of
+bad configs are checked through the same entry point. The two-step CPO run is also marked ``both_releases``: CI runs
+it on both releases, the other tests on the default release only.
 
 The two-step CPO run trains the context-sensitive tiny model (log-probs that move by nats with the context) on two
 data-parallel workers with batch balancing, so its numbers check the whole pipeline: the rollout's log-probs against the
@@ -35,8 +37,8 @@ from safetensors.torch import load_file
 from treetune_recipe.cpo import ENTRY_MODULE
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
 from treetune_scripts.make_tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
-from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, read_metrics, tiny_run_overrides
 from treetune_verl.rollout_health import CHECKED_METRIC, WARNING_METRIC
+from treetune_verl.tiny_run import METRICS_FILE, read_metrics, tiny_run_overrides
 
 RUN_TIMEOUT_S = 480
 # Metrics the trainer logs on the driver, and the ones the CPO loss returns from the workers.

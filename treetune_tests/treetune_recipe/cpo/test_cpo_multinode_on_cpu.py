@@ -30,7 +30,7 @@ from ray.cluster_utils import Cluster
 
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
 from treetune_scripts.make_tiny_assets import build_tiny_assets
-from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, read_metrics
+from treetune_verl.tiny_run import METRICS_FILE, read_metrics
 
 RUN_TIMEOUT_S = 600
 STEPS = 2

@@ -16,7 +16,7 @@
 from pathlib import Path
 
 from treetune_recipe.cpo import cpu_run
-from treetune_verl.cpu_backend.tiny_run import tiny_run_overrides
+from treetune_verl.tiny_run import tiny_run_overrides
 
 
 def test_launch_passes_the_recipe_entry_and_config_and_puts_caller_overrides_last(monkeypatch, tmp_path):

@@ -34,13 +34,14 @@ accuracy gain >= 2/16 (smallest 3/16). On the previous warm start (head_dim 24, 
 thin margin and lr 5e-4 did not learn reliably (up to 77 % of a step's responses at the 48-token limit). With vLLM,
 learning is the proof that verl's weight sync reaches the engine at every step. Health: the rollout's log-probs match
 the trainer's, ``|rollout_corr/kl| < 0.01`` at every step (about 3 before the attention-mask fix,
-``no_padding_attention_mask`` in ``treetune_verl/patches.py``).
+verl-cpu's ``no_padding_attention_mask`` in ``verl_cpu/patches/engine.py``).
 """
 
 import statistics
 from pathlib import Path
 
 import pytest
+from verl_cpu.host import vllm_on_cpu_available
 
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
 from treetune_scripts.experiments.warm_start import (
@@ -50,8 +51,7 @@ from treetune_scripts.experiments.warm_start import (
     build_warm_start,
     write_first_prompts,
 )
-from treetune_verl.cpu_backend.tiny_run import METRICS_FILE, read_metrics
-from treetune_verl.preflight import vllm_on_cpu_available
+from treetune_verl.tiny_run import METRICS_FILE, read_metrics
 
 NUM_PROMPTS = 16
 STEPS = 40

@@ -43,9 +43,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+import verl_cpu.activate  # noqa: F401  (as VERL_USE_EXTERNAL_MODULES loads it in the warm start's SFT run)
 from hydra import compose, initialize_config_dir
 
-import treetune_verl.cpu_backend  # noqa: F401  (as VERL_USE_EXTERNAL_MODULES loads it in the warm start's SFT run)
 from treetune_scripts.experiments.warm_start import WarmStartConfig, sft_command, sft_rows
 from treetune_scripts.make_tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 

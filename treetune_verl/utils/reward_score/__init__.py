@@ -11,4 +11,10 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Rule-based reward functions: math answers with robust boxed extraction, and the tiny arithmetic task."""
+"""Rule-based rewards for verl's ``custom_reward_function`` (``compute_score`` of a module below).
+
+``math_answer`` grades math, competition and multiple-choice answers, routed by ``data_source`` (the CPO recipe's
+reward), on top of ``answer_extraction`` (the final answer of a response), ``string_normalize`` (normalised string
+comparison) and ``math_verify_guard`` (math-verify under a time and memory limit, with ``time_limit``). ``tiny_arith``
+is the dense reward of the tiny arithmetic task that the CPU demo and tests train on.
+"""

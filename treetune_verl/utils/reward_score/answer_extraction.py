@@ -13,7 +13,7 @@
 # limitations under the License.
 """Final-answer extraction from model responses (math and multiple choice).
 
-Order for math answers (``spec/cpo_algorithm.md`` §3, reference ``extract_answer_math``):
+Order for math answers (the reference fork's ``extract_answer_math``):
 
 1. the content of the last ``\\boxed{...}`` / ``\\fbox{...}`` with balanced braces (``\\boxed 5`` also works);
 2. otherwise the text after the last "the answer is";

@@ -32,7 +32,7 @@ route               data_source                                                 
 
 The reference raised ``NotImplementedError`` for unknown names (and for ``amc2301``); here they take the generic math
 route so that one odd validation file cannot stop a run, and ``route == "generic_math"`` makes that visible. The
-reference graded AIME/AMC by strict string equality; here they use the same equivalence as MATH (spec §13.11).
+reference graded AIME/AMC by strict string equality; here they use the same equivalence as MATH.
 
 Scores: +1 / -1 by default; 0 / 1 with ``format="zero_one"``. A name ending in ``01`` whose stem is a known name
 (``hendrycks_math01``, ``aime202401``, ``amc2301``, ...) selects ``zero_one`` when ``format`` is not given, as the

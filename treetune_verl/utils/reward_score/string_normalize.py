@@ -13,7 +13,7 @@
 # limitations under the License.
 """Normalised string comparison of final answers (the rule-based fallback of the math grader).
 
-The rules follow the reference's normaliser as described in ``spec/cpo_algorithm.md`` §3 ("utils.strip_string"),
+The rules follow the reference's normaliser (its ``utils.strip_string``),
 applied in the same order, with three deliberate changes:
 
 * ``and`` is deleted only as a whole word (the reference deleted every substring, which turns ``\\langle`` into

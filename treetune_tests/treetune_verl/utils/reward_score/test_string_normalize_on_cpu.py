@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The normalised string rule (expected values worked out by hand from spec §3)."""
+"""The normalised string rule (expected values worked out by hand from the module's rules)."""
 
 import pytest
 

@@ -1,0 +1,203 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Decoding semantics of the hf rollout engine, checked against a naive one-prompt, no-cache reference."""
+
+import pytest
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+from verl_cpu.hf_generation import (
+    SamplingSettings,
+    choose_next_tokens,
+    decode_batch,
+    process_logits,
+    resolve_max_tokens,
+)
+
+VOCAB = 61
+PAD = 0
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        attn_implementation="sdpa",
+    )
+    model = Qwen3ForCausalLM(config).eval()
+    with torch.no_grad():  # sharper distributions than the default init, so greedy choices are well separated
+        for parameter in model.parameters():
+            parameter.mul_(4.0)
+    return model
+
+
+PROMPTS = [[5, 9, 13, 2, 7, 30, 31], [11, 4], [40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 3], [8]]
+
+
+def test_greedy_batch_with_left_padding_matches_naive_per_prompt_decoding(model, naive_greedy):
+    generations = decode_batch(
+        model, PROMPTS, [6] * 4, SamplingSettings(temperature=0), eos_token_ids=[60], pad_token_id=PAD
+    )
+    for prompt, generation in zip(PROMPTS, generations):
+        expected_tokens, expected_log_probs = naive_greedy(model, prompt, 6)
+        assert generation.token_ids == expected_tokens
+        torch.testing.assert_close(torch.tensor(generation.log_probs), torch.tensor(expected_log_probs))
+        assert not generation.hit_eos
+
+
+def test_padding_rows_of_the_output_layer_are_never_sampled_and_the_log_probs_exclude_them(model):
+    tokenizer_ids = VOCAB - 13  # the last 13 rows play a padded output layer's rows beyond the tokenizer
+
+    def sample(vocab_size):
+        generator = torch.Generator().manual_seed(0)
+        settings = SamplingSettings(temperature=1.0)
+        return decode_batch(
+            model,
+            PROMPTS,
+            [24] * 4,
+            settings,
+            eos_token_ids=[],
+            pad_token_id=PAD,
+            vocab_size=vocab_size,
+            generator=generator,
+        )
+
+    assert any(token >= tokenizer_ids for generation in sample(None) for token in generation.token_ids)  # the control
+    for prompt, generation in zip(PROMPTS, sample(tokenizer_ids)):
+        assert max(generation.token_ids) < tokenizer_ids
+        # Each log-prob is the token's under a softmax over the tokenizer's ids only.
+        ids = torch.tensor([prompt + generation.token_ids])
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(prompt) - 1 : -1]
+        expected = torch.log_softmax(logits[:, :tokenizer_ids], -1).gather(
+            -1, torch.tensor(generation.token_ids)[:, None]
+        )
+        torch.testing.assert_close(torch.tensor(generation.log_probs), expected[:, 0], atol=1e-4, rtol=0)
+
+
+def test_row_stops_after_its_eos_token_which_is_kept_and_other_rows_continue(model, naive_greedy):
+    reference, _ = naive_greedy(model, PROMPTS[0], 6)
+    eos = reference[2]
+    generations = decode_batch(
+        model, PROMPTS, [6] * 4, SamplingSettings(temperature=0), eos_token_ids=[eos], pad_token_id=PAD
+    )
+    first = generations[0]
+    assert first.token_ids == reference[: reference.index(eos) + 1]
+    assert first.token_ids[-1] == eos and first.hit_eos
+    for prompt, generation in zip(PROMPTS[1:], generations[1:]):
+        assert generation.token_ids == naive_greedy(model, prompt, 6, eos=(eos,))[0]
+
+
+def test_per_row_token_limits_including_zero(model, naive_greedy):
+    generations = decode_batch(
+        model, PROMPTS, [3, 0, 5, 1], SamplingSettings(temperature=0), eos_token_ids=[60], pad_token_id=PAD
+    )
+    assert [len(g.token_ids) for g in generations] == [3, 0, 5, 1]
+    assert generations[2].token_ids == naive_greedy(model, PROMPTS[2], 5)[0]
+
+
+def test_sampling_log_probs_are_those_of_the_temperature_scaled_distribution(model):
+    settings = SamplingSettings(temperature=0.7)
+    generator = torch.Generator().manual_seed(0)
+    (generation,) = decode_batch(
+        model, [PROMPTS[0]], [5], settings, eos_token_ids=[60], pad_token_id=PAD, generator=generator
+    )
+    sequence = list(PROMPTS[0])
+    with torch.no_grad():
+        for token, log_prob in zip(generation.token_ids, generation.log_probs):
+            logits = model(torch.tensor([sequence])).logits[0, -1].float()
+            expected = torch.log_softmax(logits / 0.7, -1)[token]
+            torch.testing.assert_close(torch.tensor(log_prob), expected)
+            sequence.append(token)
+
+
+def test_top_k_one_sampling_is_greedy(model, naive_greedy):
+    generations = decode_batch(
+        model,
+        PROMPTS,
+        [4] * 4,
+        SamplingSettings(temperature=1.0, top_k=1),
+        eos_token_ids=[60],
+        pad_token_id=PAD,
+        generator=torch.Generator().manual_seed(1),
+    )
+    for prompt, generation in zip(PROMPTS, generations):
+        assert generation.token_ids == naive_greedy(model, prompt, 4)[0]
+        assert generation.log_probs == pytest.approx([0.0] * 4, abs=1e-6)  # renormalised over one token
+
+
+def test_process_logits_top_k_top_p_and_temperature_by_hand():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    kept_top_p = process_logits(logits, SamplingSettings(top_p=0.7), None)
+    assert torch.isfinite(kept_top_p).tolist() == [[True, True, False, False]]
+    kept_top_k = process_logits(logits, SamplingSettings(top_k=3), None)
+    assert torch.isfinite(kept_top_k).tolist() == [[True, True, True, False]]
+    scaled = process_logits(torch.tensor([[2.0, -4.0]]), SamplingSettings(temperature=0.5), None)
+    torch.testing.assert_close(scaled, torch.tensor([[4.0, -8.0]]))
+    penalised = process_logits(
+        torch.tensor([[2.0, -4.0, 1.0]]),
+        SamplingSettings(temperature=0, repetition_penalty=2.0),
+        torch.tensor([[True, True, False]]),
+    )
+    torch.testing.assert_close(penalised, torch.tensor([[1.0, -8.0, 1.0]]))
+
+
+def test_choose_next_tokens_greedy_returns_argmax_and_its_log_prob():
+    scores = torch.tensor([[0.0, 3.0, 1.0]])
+    tokens, log_probs = choose_next_tokens(scores, SamplingSettings(temperature=0))
+    assert tokens.tolist() == [1]
+    expected = 3.0 - torch.logsumexp(scores[0], 0)
+    torch.testing.assert_close(log_probs, expected.reshape(1))
+
+
+@pytest.mark.parametrize(
+    ("params", "prompt_len", "expected"),
+    [
+        ({}, 10, 32),  # response_length bound
+        ({}, 40, 24),  # prompt_length + response_length - prompt_len
+        ({"max_tokens": 5}, 10, 5),
+        ({"max_new_tokens": 7}, 10, 7),
+        ({"max_tokens": 500}, 10, 90),  # clamped to max_model_len - prompt_len
+        ({"max_tokens": -3}, 10, 0),
+    ],
+)
+def test_max_tokens_rule_of_the_vllm_server(params, prompt_len, expected):
+    params = dict(params)
+    got = resolve_max_tokens(params, prompt_len, max_model_len=100, prompt_length=32, response_length=32)
+    assert got == expected
+    assert "max_tokens" not in params and "max_new_tokens" not in params
+
+
+def test_prompt_longer_than_context_is_rejected():
+    with pytest.raises(ValueError, match="exceeds the model's maximum context length"):
+        resolve_max_tokens({}, 101, max_model_len=100, prompt_length=32, response_length=32)
+
+
+def test_sampling_settings_from_params():
+    assert SamplingSettings.from_params({"temperature": 0}).greedy
+    assert SamplingSettings.from_params({"temperature": 0.8, "do_sample": False}).greedy
+    settings = SamplingSettings.from_params({"temperature": 0.8, "top_p": 0.9, "top_k": 5, "repetition_penalty": 1.0})
+    assert (settings.temperature, settings.top_p, settings.top_k, settings.greedy) == (0.8, 0.9, 5, False)
+    with pytest.raises(ValueError, match="does not support the sampling parameter"):
+        SamplingSettings.from_params({"temperature": 1.0, "stop": ["x"]})
+    with pytest.raises(ValueError, match="top_p must be in"):
+        SamplingSettings.from_params({"top_p": 0})

@@ -1,0 +1,25 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Importing this module activates verl-cpu in this process (:func:`verl_cpu.patches.activate`).
+
+List it in ``VERL_USE_EXTERNAL_MODULES`` (the CPU profile, ``verl_cpu/config/platform/cpu.yaml``, does it in the Ray
+runtime env): verl imports the listed modules with itself, in the driver and in every Ray worker. verl 0.7.1 has no
+platform layer, so this is how verl-cpu becomes active there; on verl 0.9.1 the CPU platform activates it too, and
+listing the module makes the ``hf`` rollout known before any platform query. Nothing happens on a host with an
+accelerator unless ``VERL_PLATFORM=cpu``.
+"""
+
+from verl_cpu.patches import activate
+
+activate()
