@@ -65,6 +65,14 @@ class CPOConfig:
             "the reference fork computed (reproduces its runs)."
         },
     )
+    rlsd_lambda: float = field(
+        default=0.5,
+        metadata={"help": "λ of rlsd, in [0, 1]: Â = A·((1-λ) + λ·clip(exp(sign(A)·δ), 1-ε, 1+ε)); 0 gives GRPO."},
+    )
+    rlsd_clip: float = field(
+        default=0.2,
+        metadata={"help": "ε of rlsd, in [0, 1): the token weight exp(sign(A)·δ) is clipped to [1-ε, 1+ε]."},
+    )
     success_value: float = field(
         default=1.0,
         metadata={"help": "Sequence reward of a correct response (difficulty mask and correct/wrong metrics)."},
@@ -83,11 +91,19 @@ class CPOConfig:
         _check_choice("wrap_method", self.wrap_method, CPO_WRAPPERS)
         _check_choice("loss_position", self.loss_position, LOSS_POSITIONS)
         _check_choice("difficulty_mode", self.difficulty_mode, DIFFICULTY_MODES)
-        for name in ("cpo_lambda", "pos_alpha", "neg_alpha", "success_value"):
+        for name in ("cpo_lambda", "pos_alpha", "neg_alpha", "rlsd_lambda", "rlsd_clip", "success_value"):
             nullable = name in ("pos_alpha", "neg_alpha")
             setattr(self, name, _finite_float(name, getattr(self, name), nullable=nullable))
         if self.cpo_lambda <= 1:
             raise ValueError(f"cpo.cpo_lambda must be > 1 (ratio band [1/λ, λ]), got {self.cpo_lambda}.")
+        if not 0 <= self.rlsd_lambda <= 1:
+            raise ValueError(
+                f"cpo.rlsd_lambda must lie in [0, 1] (a mix of 1 and the clipped weight), got {self.rlsd_lambda}."
+            )
+        if not 0 <= self.rlsd_clip < 1:
+            raise ValueError(
+                f"cpo.rlsd_clip must lie in [0, 1) (weights in [1-ε, 1+ε] stay positive), got {self.rlsd_clip}."
+            )
         if not isinstance(self.hint, Mapping):
             raise ValueError(f"cpo.hint must be a mapping, got {type(self.hint).__name__}.")
         self.hint = dict(self.hint)

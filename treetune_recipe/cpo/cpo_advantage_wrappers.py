@@ -31,6 +31,9 @@ Notation (all ``[B, T]`` unless noted; B responses, T padded response width):
     K̄, Ū   per-sequence mean of δ and of H over valid tokens (broadcast over T)
     λ, α⁺, α⁻  ``cfg.cpo_lambda``, ``cfg.pos_alpha``, ``cfg.neg_alpha``
 
+After the reference's wrappers come two privileged-context peers on the same hinted pass, RLSD (``rlsd``) and OPSD's
+sampled-token form (``opsd_token``); their docstrings give the paper, the code they follow and where they differ.
+
 Reference quirks kept on purpose (they are part of each formula, so each of the reference's wrappers gives its
 reference function's values, float32 within 1e-5, on any input): "correct" means r == 1 and "wrong" r != 1 with exact
 float equality; an α branch runs only if the α is truthy (0 or None disable it, a negative α is applied);
@@ -106,7 +109,8 @@ class CPORows:
     """Per-response predicates ``[B]`` (bool) of the reward r and the difficulty D, shared by the wrappers and by
     the rules that say which rows read the hint (:func:`rows_reading_hint`)."""
 
-    def __init__(self, seq_rewards: torch.Tensor, difficulty: torch.Tensor):
+    def __init__(self, seq_rewards: torch.Tensor, difficulty: torch.Tensor, advantages: torch.Tensor | None = None):
+        self._advantages = advantages
         self.correct = seq_rewards == 1  # r == 1
         self.wrong = seq_rewards != 1  # r != 1
         self.minus_one = seq_rewards == -1  # r == -1 (never true with 0/1 rewards)
@@ -116,6 +120,15 @@ class CPORows:
         self.decided_group = ~self.mixed_group  # D != 0
         self.wrong_in_all_wrong_group = self.wrong & self.all_wrong_group
         self.every = torch.ones_like(self.correct)
+
+    @cached_property
+    def nonzero_advantage(self) -> torch.Tensor:
+        """Some token of the row has A != 0 (GRPO's A is 0 on every token of a group whose rewards are all equal)."""
+        if self._advantages is None:
+            raise ValueError(
+                "This wrapper's hint rows depend on the advantages: pass advantages= to rows_reading_hint."
+            )
+        return self._advantages.ne(0).any(dim=-1)
 
 
 class CPOTerms:
@@ -131,7 +144,7 @@ class CPOTerms:
         self.old_log_probs = old_log_probs
         self.entropy = entropy
         self.response_mask = response_mask
-        self.rows = CPORows(seq_rewards, difficulty)
+        self.rows = CPORows(seq_rewards, difficulty, advantages)
 
     @cached_property
     def valid(self) -> torch.Tensor:
@@ -258,7 +271,14 @@ def register_cpo_wrapper(name: str, hint_rows: HintRowRule = _every_row) -> Call
     return decorator
 
 
-def rows_reading_hint(wrap_method: str, *, seq_rewards: torch.Tensor, difficulty: torch.Tensor, cfg) -> torch.Tensor:
+def rows_reading_hint(
+    wrap_method: str,
+    *,
+    seq_rewards: torch.Tensor,
+    difficulty: torch.Tensor,
+    cfg,
+    advantages: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The rows whose shaped advantages depend on ``gw_log_probs`` under ``wrap_method`` and ``cfg``.
 
     On every other row the wrapper's output is bit-for-bit the same whatever ``gw_log_probs`` holds there, so the
@@ -270,12 +290,13 @@ def rows_reading_hint(wrap_method: str, *, seq_rewards: torch.Tensor, difficulty
         seq_rewards: ``[B]`` sequence rewards (correct means r == 1, as in the wrappers).
         difficulty: ``[B]`` difficulty labels (-1, 0, +1).
         cfg: any object with ``pos_alpha``, ``neg_alpha`` (and ``cpo_lambda``), as for the wrappers.
+        advantages: ``[B, T]`` advantages, for the wrappers whose rows depend on them (``rlsd``: rows with A != 0).
 
     Returns:
         bool ``[B]``.
     """
     get_cpo_wrapper(wrap_method)  # a clear error for an unknown name
-    return CPO_HINT_ROW_RULES[wrap_method](CPORows(seq_rewards, difficulty), cfg)
+    return CPO_HINT_ROW_RULES[wrap_method](CPORows(seq_rewards, difficulty, advantages), cfg)
 
 
 def get_cpo_wrapper(name: str) -> CPOWrapper:
@@ -519,3 +540,48 @@ def tok_kl(x: CPOTerms, cfg) -> torch.Tensor:
         adv = add_where(adv, x.wrong_tokens & x.all_wrong_group, shift)
         adv = add_where(adv, x.wrong_tokens & ~x.all_wrong_group, torch.minimum(shift, adv.abs() / 2))
     return adv
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Privileged-context peers on the same hinted pass: the teacher is the policy under the hint prompt (g), the student
+# the policy under the plain prompt (o), both on the sampled response tokens.
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _rows_with_advantage(rows: CPORows, cfg) -> torch.Tensor:
+    return rows.nonzero_advantage
+
+
+@register_cpo_wrapper("rlsd", hint_rows=_rows_with_advantage)
+@_formula
+def rlsd(x: CPOTerms, cfg) -> torch.Tensor:
+    """V: Â = A·((1-λ) + λ·clip(exp(sign(A)·δ), 1-ε, 1+ε)), λ = ``cfg.rlsd_lambda``, ε = ``cfg.rlsd_clip``.
+
+    RLSD, "Self-Distilled RLVR" (Yang et al., arXiv 2604.03128, Eq. 13-15): the verifier's advantage sets the
+    direction, the teacher/student log-ratio its size per token. A = 0 gives Â = 0 (an all-wrong group of ±1 rewards
+    still gets nothing); with λ = 0, Â = A. Follows the official code (``iie-ycx/RLSD``,
+    ``verl/workers/actor/dp_opsd_actor.py``, ``_build_stgca_advantages``: weight, clip and mix as above). One
+    difference: the student term is the rollout policy's ``old_log_probs``, as SDPG's re-implementation
+    (``lauyikfung/SDPG``, ``core_algos.py``) takes it, where the official code detaches the current policy's
+    log-probs in each update micro-batch (the same values in a step's first mini-batch); the teacher term is the
+    hinted pass of the rollout policy, computed once per step.
+    """
+    weight = torch.exp(torch.sign(x.advantages) * x.log_ratio).clamp(1.0 - cfg.rlsd_clip, 1.0 + cfg.rlsd_clip)
+    shaped = x.advantages * ((1.0 - cfg.rlsd_lambda) + cfg.rlsd_lambda * weight)
+    return torch.where(x.valid, shaped, x.advantages)
+
+
+@register_cpo_wrapper("opsd_token")
+@_formula
+def opsd_token(x: CPOTerms, cfg) -> torch.Tensor:
+    """V: Â = δ = g - o (padding as given). The verifier's advantage is not used.
+
+    OPSD, sampled-token form (Zhao et al., arXiv 2601.18734; official code ``siyan-zhao/OPSD``, ``opsd_trainer.py``,
+    ``use_tinker_loss``): the advantage of each sampled token is the teacher's log-prob minus the student's,
+    detached. It gives a signal in every group, all-wrong ones included. Differences from that code: Â enters verl's
+    clipped PPO surrogate (the official loss is the unclipped ``-Â·log π``; both have gradient Â·∇log π while the
+    policy is the rollout policy, i.e. in a step's first mini-batch), the student term is ``old_log_probs`` (the code
+    uses the current policy, detached), and the teacher is the rollout policy under the hint prompt (the code's
+    default; its main results fix the teacher to the initial policy).
+    """
+    return torch.where(x.valid, x.log_ratio, x.advantages)

@@ -43,6 +43,8 @@ ALL_NAMES = [
     "mi_clamp_unify_difficulty", "mi3", "negonly_mi3", "negonly_mi", "reverse_mi3", "addition_mi3", "mi2",
     "negonly_seq_kl", "seq_kl", "negonly_tok_kl", "tok_kl",
 ]  # fmt: skip
+# The privileged-context peers on the same hinted pass (not in the reference fork).
+PEERS = ["rlsd", "opsd_token"]
 # Wrappers that end with the reference's sign clamps (A ≥ 0 on r = 1, A ≤ 0 on r = -1), even with both α = 0.
 SIGN_CLAMPED = {"naive_qwen3", "noaccmask", "mi", "mi_accmask", "mi_unify", "mi_clamp_unify"}
 # Wrappers that read the row max of H over all positions, padding included (reference quirk).
@@ -294,10 +296,10 @@ def test_wrapper_matches_reference_style_on_random_inputs(name, seed):
 # Properties
 # ---------------------------------------------------------------------------------------------------------------------
 
-C1 = types.SimpleNamespace(cpo_lambda=2.0, pos_alpha=0.3, neg_alpha=0.5)
+C1 = types.SimpleNamespace(cpo_lambda=2.0, pos_alpha=0.3, neg_alpha=0.5, rlsd_lambda=0.5, rlsd_clip=0.2)
 
 
-@pytest.mark.parametrize("name", ALL_NAMES)
+@pytest.mark.parametrize("name", ALL_NAMES + PEERS)
 def test_wrapper_never_modifies_its_inputs(name):
     inputs = random_inputs(3)
     before = {key: value.clone() for key, value in inputs.items()}
@@ -307,7 +309,7 @@ def test_wrapper_never_modifies_its_inputs(name):
     assert out.data_ptr() != inputs["advantages"].data_ptr()
 
 
-@pytest.mark.parametrize("name", ALL_NAMES)
+@pytest.mark.parametrize("name", ALL_NAMES + PEERS)
 def test_padding_is_returned_unchanged_and_never_read_except_entropy_row_max(name):
     inputs = random_inputs(4)
     pad = ~inputs["response_mask"].bool()
@@ -325,7 +327,7 @@ def test_padding_is_returned_unchanged_and_never_read_except_entropy_row_max(nam
     assert changed == (name in UNMASKED_ENTROPY_MAX)  # the naive family's unmasked row max is kept
 
 
-@pytest.mark.parametrize("name", ALL_NAMES)
+@pytest.mark.parametrize("name", ALL_NAMES + PEERS)
 def test_constant_entropy_gives_finite_advantages(name):
     inputs = random_inputs(5)
     inputs["entropy"] = torch.full_like(inputs["entropy"], 0.7)
@@ -358,12 +360,75 @@ def test_exact_reward_equality_decides_correctness():
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# Privileged-context peers: values worked out by hand
+# ---------------------------------------------------------------------------------------------------------------------
+
+LN = torch.log(torch.tensor([1.1, 2.0])).tolist()  # ln 1.1, ln 2
+
+
+def _peer_inputs() -> dict:
+    """Three responses: A = +2 (3 tokens), A = -1 (3 tokens and one pad), A = 0 (2 tokens, an all-wrong group)."""
+    old = _t([[-1.0, -2.0, -0.5, -0.3], [-0.7, -1.5, -2.0, -0.1], [-3.0, -0.2, -0.4, -0.4]])
+    delta = _t([[LN[0], LN[1], -LN[1], 0.0], [LN[0], LN[1], 0.0, 9.0], [5.0, -5.0, 0.0, 0.0]])
+    mask = _t([[1, 1, 1, 0], [1, 1, 1, 0], [1, 1, 0, 0]])
+    advantages = _t([[2.0, 2.0, 2.0, 0.0], [-1.0, -1.0, -1.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    return dict(
+        advantages=advantages,
+        gw_log_probs=old + delta,
+        old_log_probs=old,
+        entropy=torch.ones(3, 4),
+        response_mask=mask,
+        seq_rewards=_t([1.0, -1.0, -1.0]),
+        difficulty=_t([0.0, 0.0, -1.0]),
+    )
+
+
+def test_rlsd_by_hand():
+    # λ = 0.5, ε = 0.2. Row 1 (sign +): w = exp(δ) = 1.1, 2, 0.5 -> clip 1.1, 1.2, 0.8 -> 0.5 + 0.5 w = 1.05, 1.1, 0.9
+    # -> Â = 2.1, 2.2, 1.8. Row 2 (sign -): w = exp(-δ) = 1/1.1, 0.5, 1 -> clip 0.90909, 0.8, 1 -> 0.954545, 0.9, 1
+    # -> Â = -0.954545, -0.9, -1. Row 3: A = 0 -> Â = 0, whatever δ (±5). Padding as given.
+    cfg = types.SimpleNamespace(rlsd_lambda=0.5, rlsd_clip=0.2)
+    expected = _t([[2.1, 2.2, 1.8, 0.0], [-0.5 - 0.5 / 1.1, -0.9, -1.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    torch.testing.assert_close(_call("rlsd", _peer_inputs(), cfg), expected)
+
+
+@pytest.mark.parametrize(("rlsd_lambda", "rlsd_clip"), [(0.0, 0.2), (1.0, 0.0), (0.7, 0.0)])
+def test_rlsd_without_a_teacher_weight_is_grpo(rlsd_lambda, rlsd_clip):
+    inputs = _peer_inputs()
+    cfg = types.SimpleNamespace(rlsd_lambda=rlsd_lambda, rlsd_clip=rlsd_clip)
+    torch.testing.assert_close(_call("rlsd", inputs, cfg), inputs["advantages"], rtol=0, atol=0)
+
+
+def test_rlsd_full_weight_is_the_clipped_teacher_ratio():
+    # λ = 1, ε = 0.5: Â = A·clip(exp(sign(A)·δ), 0.5, 1.5); row 1: 2·(1.1, 1.5 (from 2), 0.5) = 2.2, 3, 1;
+    # row 2: -1·(1/1.1, 0.5, 1)
+    cfg = types.SimpleNamespace(rlsd_lambda=1.0, rlsd_clip=0.5)
+    expected = _t([[2.2, 3.0, 1.0, 0.0], [-1 / 1.1, -0.5, -1.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    torch.testing.assert_close(_call("rlsd", _peer_inputs(), cfg), expected)
+
+
+def test_opsd_token_by_hand():
+    # Â = δ on valid tokens, the verifier's A unused; the all-wrong row (A = 0) gets δ = +5, -5; padding as given.
+    expected = _t([[LN[0], LN[1], -LN[1], 0.0], [LN[0], LN[1], 0.0, 0.0], [5.0, -5.0, 0.0, 0.0]])
+    torch.testing.assert_close(_call("opsd_token", _peer_inputs(), types.SimpleNamespace()), expected)
+
+
+def test_a_corrupted_teacher_pass_changes_both_peers():
+    # The control: with the hinted log-probs shifted by one token, the hand-worked values no longer hold.
+    inputs = _peer_inputs()
+    shifted = dict(inputs, gw_log_probs=inputs["gw_log_probs"].roll(1, dims=-1))
+    cfg = types.SimpleNamespace(rlsd_lambda=0.5, rlsd_clip=0.2)
+    assert not torch.allclose(_call("rlsd", shifted, cfg), _call("rlsd", inputs, cfg))
+    assert not torch.allclose(_call("opsd_token", shifted, cfg), _call("opsd_token", inputs, cfg))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # Registry
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def test_registry_has_exactly_the_18_names_with_the_public_signature():
-    assert sorted(CPO_WRAPPERS) == sorted(ALL_NAMES)
+def test_registry_has_the_18_reference_names_and_the_peers_with_the_public_signature():
+    assert sorted(CPO_WRAPPERS) == sorted(ALL_NAMES + PEERS)
     expected = ["advantages", "gw_log_probs", "old_log_probs", "entropy", "response_mask", "seq_rewards",
                 "difficulty", "cfg"]  # fmt: skip
     for name, fn in CPO_WRAPPERS.items():

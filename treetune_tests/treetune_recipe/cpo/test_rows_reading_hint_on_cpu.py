@@ -32,7 +32,9 @@ from treetune_recipe.cpo.cpo_advantage_wrappers import CPO_WRAPPERS, rows_readin
 
 ALPHAS = (0.0, None, 0.4, -0.3)
 CONFIGS = [
-    types.SimpleNamespace(cpo_lambda=cpo_lambda, pos_alpha=pos_alpha, neg_alpha=neg_alpha)
+    types.SimpleNamespace(
+        cpo_lambda=cpo_lambda, pos_alpha=pos_alpha, neg_alpha=neg_alpha, rlsd_lambda=0.5, rlsd_clip=0.2
+    )
     for cpo_lambda, pos_alpha, neg_alpha in itertools.product((1.5, 3.0), ALPHAS, ALPHAS)
 ]
 SEEDS = (0, 1, 2)
@@ -55,8 +57,8 @@ def random_batch(seed: int, grpo_signs: bool) -> dict:
     scale = torch.rand(ROWS, 1, generator=gen) + 0.1
     if grpo_signs:
         advantages = torch.where(rewards[:, None] == 1, scale, -scale)
-    else:
-        advantages = scale * torch.randn(ROWS, 1, generator=gen).sign()
+    else:  # any sign, and 0 on about a third of the rows
+        advantages = scale * torch.randn(ROWS, 1, generator=gen).sign() * (torch.rand(ROWS, 1, generator=gen) > 0.3)
     old = -(torch.rand(ROWS, WIDTH, generator=gen) * 1.95 + 0.05)
     gw = (old + torch.randn(ROWS, WIDTH, generator=gen)).clamp(max=0)
     entropy = torch.rand(ROWS, WIDTH, generator=gen) * 3 + 0.01
@@ -89,7 +91,9 @@ def shaped(name: str, batch: dict, cfg, gw: torch.Tensor) -> torch.Tensor:
 
 
 def selection(name: str, batch: dict, cfg) -> torch.Tensor:
-    rows = rows_reading_hint(name, seq_rewards=batch["seq_rewards"], difficulty=batch["difficulty"], cfg=cfg)
+    rows = rows_reading_hint(
+        name, seq_rewards=batch["seq_rewards"], difficulty=batch["difficulty"], cfg=cfg, advantages=batch["advantages"]
+    )
     assert rows.dtype == torch.bool and rows.shape == (ROWS,)
     return rows
 
@@ -123,11 +127,27 @@ def test_every_selected_row_reads_gw(name):
     assert selected_somewhere, name
 
 
+#: Wrappers without α: the privileged-context peers, whose formulas read δ on their own terms.
+WITHOUT_ALPHAS = ("rlsd", "opsd_token")
+
+
 def test_no_row_reads_gw_when_both_alphas_are_off():
     batch = random_batch(0, grpo_signs=True)
-    for name, alphas in itertools.product(CPO_WRAPPERS, [(0.0, 0.0), (None, None), (0.0, None)]):
+    with_alphas = [name for name in CPO_WRAPPERS if name not in WITHOUT_ALPHAS]
+    for name, alphas in itertools.product(with_alphas, [(0.0, 0.0), (None, None), (0.0, None)]):
         cfg = types.SimpleNamespace(cpo_lambda=2.0, pos_alpha=alphas[0], neg_alpha=alphas[1])
         assert not selection(name, batch, cfg).any(), (name, alphas)
+
+
+def test_rlsd_reads_gw_where_the_advantage_is_not_zero_and_opsd_token_everywhere():
+    batch = random_batch(0, grpo_signs=True)
+    batch["advantages"] = batch["advantages"] * (batch["difficulty"][:, None] == 0)  # GRPO's A with equal ±1 rewards
+    cfg = CONFIGS[0]
+    has_tokens = batch["response_mask"].sum(dim=-1) > 0
+    assert torch.equal(selection("rlsd", batch, cfg), (batch["difficulty"] == 0) & has_tokens)
+    assert selection("opsd_token", batch, cfg).all()
+    with pytest.raises(ValueError, match="pass advantages= to rows_reading_hint"):
+        rows_reading_hint("rlsd", seq_rewards=batch["seq_rewards"], difficulty=batch["difficulty"], cfg=cfg)
 
 
 def test_default_seq_kl_reads_gw_on_wrong_responses_only_and_negonly_in_all_wrong_groups():
