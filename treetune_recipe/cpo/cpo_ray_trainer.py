@@ -80,11 +80,14 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         request_entropy_in_actor_updates(self.actor_rollout_wg)
 
     def _update_actor(self, batch: DataProto) -> DataProto:
+        seq_rewards = batch.batch["token_level_rewards"].sum(dim=-1).float()
+        group_metrics = self._group_outcome_metrics(batch, seq_rewards)
         if not self.cpo_enabled:
-            return super()._update_actor(batch)
+            actor_output = super()._update_actor(batch)
+            actor_output.meta_info["metrics"].update(group_metrics)
+            return actor_output
 
         timing: dict[str, float] = {}
-        seq_rewards = batch.batch["token_level_rewards"].sum(dim=-1).float()
         difficulty = compute_difficulty_mask(
             seq_rewards,
             batch.non_tensor_batch["uid"],
@@ -110,6 +113,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         actor_output.meta_info["metrics"].update(
             {
                 **hint_metrics,
+                **group_metrics,
                 **self._step_cpo_metrics(batch, scored_rows),
                 **{f"timing_s/{name}": seconds for name, seconds in timing.items()},
             }
@@ -144,7 +148,11 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
             rows = torch.ones(len(batch), dtype=torch.bool)
         else:
             rows = rows_reading_hint(
-                self.cpo_config.wrap_method, seq_rewards=seq_rewards, difficulty=difficulty, cfg=self.cpo_config
+                self.cpo_config.wrap_method,
+                seq_rewards=seq_rewards,
+                difficulty=difficulty,
+                cfg=self.cpo_config,
+                advantages=batch.batch["advantages"],
             ).cpu()
         metrics = {"cpo/hint_rows_frac": rows.float().mean().item(), "cpo/hint_token_ratio": 0.0}
         gw_log_probs = old_log_probs.clone()
@@ -217,6 +225,18 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         log_probs[row] = no_padding_2_padding(tu.get(output, "log_probs"), request).float()
         return log_probs[: len(hint_batch)]
 
+    def _group_outcome_metrics(self, batch: DataProto, seq_rewards: torch.Tensor) -> dict[str, float]:
+        """Shares of the batch's responses in all-wrong and all-correct prompt groups (``uid``) and of correct ones,
+        for every estimator (GRPO too), whatever ``cpo.difficulty_mode``: a group of equal ±1 rewards has GRPO
+        advantage 0, so ``cpo/group_all_wrong_frac`` is the share of responses a hint-free method cannot learn from."""
+        success_value = CPOConfig.from_config(self.config.get("cpo")).success_value
+        labels = compute_difficulty_mask(seq_rewards, batch.non_tensor_batch["uid"], success_value=success_value)
+        return {
+            "cpo/group_all_wrong_frac": (labels == -1).float().mean().item(),
+            "cpo/group_all_correct_frac": (labels == 1).float().mean().item(),
+            "cpo/success_frac": (seq_rewards == success_value).float().mean().item(),
+        }
+
     def _step_cpo_metrics(self, batch: DataProto, scored_rows: torch.Tensor) -> dict[str, float]:
         """Batch-level CPO diagnostics, exact over the step's valid tokens (the loss adds the advantage changes).
 
@@ -227,12 +247,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         gw_log_probs, old_log_probs = batch.batch["gw_log_probs"], batch.batch["old_log_probs"]
         ratios, mis = log_ratio(gw_log_probs, old_log_probs), mutual_information(gw_log_probs, old_log_probs)
         correct_rows = batch.batch["seq_rewards"] == self.cpo_config.success_value
-        difficulty = batch.batch["difficulty"]
-        metrics = {
-            "cpo/group_all_wrong_frac": (difficulty == -1).float().mean().item(),
-            "cpo/group_all_correct_frac": (difficulty == 1).float().mean().item(),
-            "cpo/success_frac": correct_rows.float().mean().item(),
-        }
+        metrics = {}
         scored_tokens = valid & scored_rows.to(valid.device)[:, None]
         if scored_tokens.any():
             metrics["cpo/gw_minus_old_mean"] = ratios[scored_tokens].mean().item()

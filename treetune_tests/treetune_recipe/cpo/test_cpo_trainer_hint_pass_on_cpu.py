@@ -179,6 +179,7 @@ WRAPPERS = {
     "seq_kl-default": [],
     "negonly_mi3": ["cpo.wrap_method=negonly_mi3", "cpo.pos_alpha=0.3", "cpo.neg_alpha=0.5"],
     "mi_unify": ["cpo.wrap_method=mi_unify", "cpo.pos_alpha=0.2", "cpo.neg_alpha=0.5"],
+    "rlsd": ["cpo.wrap_method=rlsd"],  # (opsd_token reads every row: nothing for `needed` to leave out)
 }
 
 
@@ -197,6 +198,7 @@ def test_needed_and_all_give_identical_loss_inputs_and_shaped_advantages(monkeyp
         seq_rewards=inputs_all["seq_rewards"],
         difficulty=inputs_all["difficulty"],
         cfg=trainer.cpo_config,
+        advantages=inputs_all["advantages"],
     )
     assert 0 < rows.sum() < len(rows)  # a real subset: the comparison below means something
 
@@ -255,6 +257,18 @@ def test_hinted_pass_sends_the_same_batching_flags_as_the_old_log_prob_pass(monk
     }
     # No batching knob is set by the caller: the worker applies the actor's own (dynamic batch size, token budget).
     assert not {"use_dynamic_bsz", "max_token_len_per_gpu", "micro_batch_size_per_gpu"} & set(hinted.keys())
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "cpo"])
+def test_every_estimator_logs_the_share_of_responses_in_all_wrong_and_all_correct_groups(monkeypatch, estimator):
+    trainer = make_trainer(monkeypatch, f"algorithm.adv_estimator={estimator}")
+    metrics = trainer._update_actor(rollout_batch(trainer)).meta_info["metrics"]
+    # REWARDS by hand: one mixed group (2 of 4 correct), one all wrong (dense rewards, none equal to 1), one all
+    # correct; 12 responses.
+    assert metrics["cpo/group_all_wrong_frac"] == pytest.approx(4 / 12)
+    assert metrics["cpo/group_all_correct_frac"] == pytest.approx(4 / 12)
+    assert metrics["cpo/success_frac"] == pytest.approx(6 / 12)
+    assert ("cpo/hint_rows_frac" in metrics) == (estimator == "cpo")  # GRPO runs no hinted pass
 
 
 def test_a_step_where_no_row_reads_the_hint_skips_the_hinted_pass(monkeypatch):
