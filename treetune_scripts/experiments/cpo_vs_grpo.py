@@ -19,12 +19,15 @@ verl's own (``trainer.val_before_train``, ``trainer.test_freq``) on the held-out
 samples (:data:`HELD_OUT_OVERRIDES`).
 The first CPO run of the first seed dumps its token credit (``cpo.credit_dump``).
 
-Outputs (``--output-dir``, default ``outputs/experiments/cpo_vs_grpo/``): ``results.csv``, ``summary.md``,
-``curves.png``, ``credit_report.html``, ``experiment.json`` and ``runs/<method>__seed<k>/`` (metrics, log, dump).
+``--regime hard`` runs the hard regime instead (:data:`REGIMES`): longer chains, where most prompt groups are all wrong
+at the start and only a hint-guided method gets a signal from them. Outputs (``--output-dir``, default
+``outputs/experiments/cpo_vs_grpo/``, ``outputs/experiments/cpo_vs_grpo_hard/`` for the hard regime): ``results.csv``,
+``summary.md``, ``curves.png``, ``credit_report.html``, ``experiment.json`` and ``runs/<method>__seed<k>/`` (metrics,
+log, dump).
 
 Usage::
 
-    python -m treetune_scripts.experiments.cpo_vs_grpo [--methods grpo,cpo:seq_kl,cpo:seq_kl@neg_alpha=0.5]
+    python -m treetune_scripts.experiments.cpo_vs_grpo [--regime default|hard] [--methods grpo,cpo:seq_kl,...]
         [--seeds 3] [--quick] [--resume | --overwrite] [key=value ...]
 """
 
@@ -43,13 +46,17 @@ from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
 from treetune_scripts.experiments import summary
 from treetune_scripts.experiments.warm_start import (
     DEFAULT_WARM_START,
+    HARD_WARM_START,
     HINT_OVERRIDES,
     QUICK_WARM_START,
     TASK_RL_OVERRIDES,
+    WarmStartConfig,
     WarmStartGateError,
     build_warm_start,
+    check_hard_regime,
     check_mixed_groups,
     read_build_info,
+    sampled_group_outcomes,
     val_acc_key,
     warm_start_hash,
 )
@@ -69,7 +76,10 @@ HELD_OUT_OVERRIDES = [
     "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
     f"{_VAL_SAMPLES_KEY}={VAL_SAMPLES}",
 ]
-RESULT_COLUMNS = ["method", "seed", "step", "val_acc", "train_reward", "step_time_s", "cpo_adv_shift", "hint_logratio"]
+RESULT_COLUMNS = [
+    "method", "seed", "step", "val_acc", "train_reward", "step_time_s", "cpo_adv_shift", "hint_logratio",
+    "all_wrong_frac", "kl",
+]  # fmt: skip
 #: ``results.csv`` columns read from verl's metrics under a fixed name (``val_acc``'s name depends on the runs'
 #: :func:`validation_samples`).
 _METRIC_COLUMNS = {
@@ -77,6 +87,8 @@ _METRIC_COLUMNS = {
     "step_time_s": "timing_s/step",
     "cpo_adv_shift": "actor/cpo/adv_delta_absmean",
     "hint_logratio": "cpo/gw_minus_old_absmean",
+    "all_wrong_frac": "cpo/group_all_wrong_frac",  # logged for GRPO too (RayCPOTrainer._group_outcome_metrics)
+    "kl": "actor/kl_loss",
 }
 
 
@@ -102,11 +114,36 @@ class ExperimentError(RuntimeError):
 
 
 #: The default experiment: GRPO, CPO seq_kl with the recipe's defaults (α⁺ = 0, α⁻ = 1) and with the reference's Qwen3
-#: scripts' α⁻ = 0.5; ``--quick`` runs the first two.
-DEFAULT_METHODS = "grpo,cpo:seq_kl,cpo:seq_kl@neg_alpha=0.5"
+#: scripts' α⁻ = 0.5, and the two privileged-context peers on the same hinted pass (RLSD, OPSD's sampled-token form);
+#: ``--quick`` runs the first two.
+DEFAULT_METHODS = "grpo,cpo:seq_kl,cpo:seq_kl@neg_alpha=0.5,cpo:rlsd,cpo:opsd_token"
+#: The hard regime's: GRPO, CPO seq_kl, CPO negonly_mi3 (it acts only on all-wrong groups) and the two peers.
+HARD_METHODS = "grpo,cpo:seq_kl,cpo:negonly_mi3,cpo:rlsd,cpo:opsd_token"
 QUICK_METHODS = "grpo,cpo:seq_kl"
 #: ``cpo.*`` keys a method may set after ``@`` (numbers; the other keys stay the recipe's defaults for every method).
-METHOD_KEYS = ("pos_alpha", "neg_alpha", "cpo_lambda")
+METHOD_KEYS = ("pos_alpha", "neg_alpha", "cpo_lambda", "rlsd_lambda", "rlsd_clip")
+
+
+@dataclasses.dataclass(frozen=True)
+class Regime:
+    """What ``--regime`` chooses: the warm start, its gate, the methods, the output folder and the regime's RL
+    settings on top of the task's (identical for every method of the regime)."""
+
+    warm_start: WarmStartConfig
+    methods: str
+    output_dir: Path
+    overrides: tuple[str, ...] = ()
+
+
+REGIMES = {
+    # Warm start with mixed prompt groups (gate: check_mixed_groups).
+    "default": Regime(DEFAULT_WARM_START, DEFAULT_METHODS, DEFAULT_OUTPUT_DIR),
+    # Longer chains: most prompt groups all wrong at the start, the hint still helps (gate: check_hard_regime); the
+    # responses are longer, hence max_response_length 64.
+    "hard": Regime(
+        HARD_WARM_START, HARD_METHODS, Path("outputs/experiments/cpo_vs_grpo_hard"), ("data.max_response_length=64",)
+    ),
+}
 
 
 def _parse_method(name: str) -> str:
@@ -236,18 +273,25 @@ def prepare_output_dir(output_dir: Path, plan: dict, *, resume: bool, overwrite:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
+        "--regime",
+        choices=sorted(REGIMES),
+        default="default",
+        help="default: a warm start with mixed prompt groups; hard: most groups all wrong at the start, the hint "
+        "still helps (each with its own warm start, gate, methods and output folder)",
+    )
+    parser.add_argument(
         "--methods",
         default=None,
-        help="grpo and cpo:<wrapper>[@key=number...], comma-separated (keys: pos_alpha, neg_alpha, cpo_lambda); "
-        f"default {DEFAULT_METHODS} (--quick: {QUICK_METHODS})",
+        help=f"grpo and cpo:<wrapper>[@key=number...], comma-separated (keys: {', '.join(METHOD_KEYS)}); default "
+        f"the regime's (default: {DEFAULT_METHODS}; hard: {HARD_METHODS}; --quick: {QUICK_METHODS})",
     )
     parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 3; --quick: 2)")
     parser.add_argument("--steps", type=int, default=None, help="training steps per run (default 40; --quick: 3)")
     parser.add_argument("--quick", action="store_true", help="pipeline check: small warm start, 3 steps, 2 seeds")
-    parser.add_argument("--output-dir", type=Path, default=DEFAULT_OUTPUT_DIR)
+    parser.add_argument("--output-dir", type=Path, default=None, help="default: the regime's folder")
     parser.add_argument("--resume", action="store_true", help="keep finished runs, run the rest")
     parser.add_argument("--overwrite", action="store_true", help="delete the output folder's previous results")
-    parser.add_argument("--skip-gate", action="store_true", help="run RL even if the warm start misses mixed groups")
+    parser.add_argument("--skip-gate", action="store_true", help="run RL even if the warm start misses its regime")
     parser.add_argument("--run-timeout", type=float, default=1800.0, help="kill one run after this many seconds")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run (key=value), applied last")
     return parser.parse_args(argv)
@@ -257,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
     try:
-        methods = parse_methods(args.methods or (QUICK_METHODS if args.quick else DEFAULT_METHODS))
+        regime = REGIMES[args.regime]
+        methods = parse_methods(args.methods or (QUICK_METHODS if args.quick else regime.methods))
         seeds = args.seeds if args.seeds is not None else (2 if args.quick else 3)
         if seeds < 1:
             raise ExperimentError(f"--seeds must be >= 1, got {seeds}.")
@@ -269,22 +314,24 @@ def main(argv: list[str] | None = None) -> int:
             raise ExperimentError(f"--steps must be >= 1, got {steps}.")
         credit_steps = tuple(sorted({step for step in (*base.credit_steps, steps) if step <= steps}))
         schedule = Schedule(steps=steps, test_freq=base.test_freq, credit_steps=credit_steps)
-        warm_config = QUICK_WARM_START if args.quick else DEFAULT_WARM_START
+        warm_config = QUICK_WARM_START if args.quick else regime.warm_start
+        overrides = [*regime.overrides, *args.overrides]
         plan = {
+            "regime": args.regime,
             "methods": methods,
             "seeds": seeds,
             "schedule": dataclasses.asdict(schedule),
             "warm_start": warm_start_hash(warm_config),
-            "overrides": args.overrides,
+            "overrides": overrides,
         }
         plan = json.loads(json.dumps(plan))  # as read back from experiment.json (tuples become lists)
-        output_dir = args.output_dir.resolve()
+        output_dir = (args.output_dir or regime.output_dir).resolve()
         prepare_output_dir(output_dir, plan, resume=args.resume, overwrite=args.overwrite)
     except ExperimentError as error:
         print(f"[experiment] {error}", file=sys.stderr)
         return 2
 
-    print(f"[experiment] warm start ({'quick' if args.quick else 'default'} preset) ...", flush=True)
+    print(f"[experiment] warm start ({'quick' if args.quick else args.regime} preset) ...", flush=True)
     warm_dir = build_warm_start(warm_config)
     info = read_build_info(warm_dir)
     print(
@@ -294,14 +341,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not (args.quick or args.skip_gate):
         try:
-            check_mixed_groups(info)
+            if args.regime == "hard":
+                sampled = sampled_group_outcomes(warm_dir)
+                print(
+                    f"[experiment] sampled at temperature 1 (64 training prompts x 8): all-wrong groups "
+                    f"{sampled['all_wrong_frac']:.3f}, correct responses {sampled['correct_frac']:.3f}",
+                    flush=True,
+                )
+                check_hard_regime(info, sampled)
+            else:
+                check_mixed_groups(info)
         except WarmStartGateError as error:
             print(f"[experiment] stopping before RL: {error}", file=sys.stderr)
             return 3
 
     from treetune_scripts.run_demo import condense
 
-    val_acc = val_acc_key(validation_samples(args.overrides))
+    val_acc = val_acc_key(validation_samples(overrides))
     rows: list[dict] = []
     cpo_methods = [method for method in methods if method != "grpo"]
     for seed in range(seeds):
@@ -314,9 +370,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 shutil.rmtree(run_dir, ignore_errors=True)
                 dump = bool(cpo_methods) and method == cpo_methods[0] and seed == 0
-                overrides = run_overrides(run_dir, method, seed, schedule, dump) + list(args.overrides)
                 run = launch_cpo_on_cpu(
-                    overrides,
+                    run_overrides(run_dir, method, seed, schedule, dump) + overrides,
                     run_dir / "train.log",
                     assets_dir=warm_dir,
                     run_dir=run_dir,

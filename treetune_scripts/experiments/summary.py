@@ -75,7 +75,10 @@ def summarize(rows: list[dict]) -> dict:
     - threshold: mean over all runs of the first validated accuracy + :data:`THRESHOLD_MARGIN`; steps to threshold:
       per seed the first validated step whose accuracy >= threshold; mean over the seeds that reach it;
     - step time: per seed the mean ``step_time_s`` of steps >= 2 (step 1 includes warm-up), mean over seeds; the
-      ratio divides it by GRPO's.
+      ratio divides it by GRPO's;
+    - all-wrong share (``all_wrong_frac``: the share of a step's responses in prompt groups without a correct one):
+      per seed at step 1 and the mean over all steps; mean over seeds (None where the runs did not log it);
+    - KL: ``kl`` (``actor/kl_loss``) at each seed's last step; min and max over seeds.
     """
     methods = list(dict.fromkeys(r["method"] for r in rows))
     seeds = {m: sorted({r["seed"] for r in rows if r["method"] == m}) for m in methods}
@@ -95,6 +98,12 @@ def summarize(rows: list[dict]) -> dict:
         reached = [next((step for step, acc in c if acc >= threshold), None) for c in method_curves]
         reached = [step for step in reached if step is not None]
         step_time = statistics.fmean(step_times[m]) if step_times[m] else math.nan
+        runs = [
+            sorted((r for r in rows if (r["method"], r["seed"]) == (m, s)), key=lambda r: r["step"]) for s in seeds[m]
+        ]
+        all_wrong = [[r["all_wrong_frac"] for r in run if r.get("all_wrong_frac") is not None] for run in runs]
+        all_wrong = [values for values in all_wrong if values]
+        final_kl = [run[-1].get("kl") for run in runs if run and run[-1].get("kl") is not None]
         result["methods"][m] = {
             "seeds": len(seeds[m]),
             "first": _mean_std([c[0][1] for c in method_curves]),
@@ -103,6 +112,9 @@ def summarize(rows: list[dict]) -> dict:
             "steps_to_threshold": statistics.fmean(reached) if reached else None,
             "reached": len(reached),
             "step_time_s": step_time,
+            "all_wrong_first": statistics.fmean(v[0] for v in all_wrong) if all_wrong else None,
+            "all_wrong_mean": statistics.fmean(statistics.fmean(v) for v in all_wrong) if all_wrong else None,
+            "final_kl": (min(final_kl), max(final_kl)) if final_kl else None,
         }
     base = result["methods"].get(BASELINE_METHOD, {}).get("step_time_s")
     for stats in result["methods"].values():
@@ -119,18 +131,22 @@ def summary_table(stats: dict) -> str:
     threshold = stats["threshold"]
     lines = [
         "| method | seeds | first val acc | final val acc | val acc AUC "
-        f"| steps to val acc ≥ {threshold:.4f} | step time (s) "
-        "| step-time ratio vs grpo |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| steps to val acc ≥ {threshold:.4f} | all-wrong share: step 1 / mean | KL at the last step "
+        "| step time (s) | step-time ratio vs grpo |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for method, s in stats["methods"].items():
         to_threshold = (
             f"{s['steps_to_threshold']:.1f} ({s['reached']}/{s['seeds']})" if s["reached"] else f"- (0/{s['seeds']})"
         )
         ratio = f"{s['step_time_ratio']:.3f}" if s["step_time_ratio"] is not None else "-"
+        all_wrong = (
+            f"{s['all_wrong_first']:.3f} / {s['all_wrong_mean']:.3f}" if s.get("all_wrong_first") is not None else "-"
+        )
+        kl = f"{s['final_kl'][0]:.3f}-{s['final_kl'][1]:.3f}" if s.get("final_kl") else "-"
         lines.append(
             f"| {method} | {s['seeds']} | {_pm(s['first'])} | {_pm(s['final'])} | {_pm(s['auc'])} | {to_threshold} "
-            f"| {s['step_time_s']:.3f} | {ratio} |"
+            f"| {all_wrong} | {kl} | {s['step_time_s']:.3f} | {ratio} |"
         )
     return "\n".join(lines)
 
@@ -155,8 +171,10 @@ def write_summary(results_csv: Path | str, summary_md: Path | str, warm_info: di
         "first / final = validation accuracy at the first / last validated step; "
         "AUC = trapezoid area "
         "under validation accuracy vs step divided by the step span; threshold = mean first validation accuracy of "
-        f"all runs + {THRESHOLD_MARGIN}, steps averaged over the seeds that reach it (reached/seeds); step time = "
-        "mean `step_time_s` of steps >= 2 per seed, averaged over seeds.\n"
+        f"all runs + {THRESHOLD_MARGIN}, steps averaged over the seeds that reach it (reached/seeds); all-wrong share "
+        "= share of a step's responses in prompt groups without a correct response (`cpo/group_all_wrong_frac`), at "
+        "step 1 / averaged over the steps, mean over seeds; KL = `actor/kl_loss` at the last step, min-max over "
+        "seeds; step time = mean `step_time_s` of steps >= 2 per seed, averaged over seeds.\n"
     )
     Path(summary_md).write_text(text)
     return table
@@ -171,7 +189,7 @@ def plot_curves(results_csv: Path | str, png_path: Path | str) -> Path:
     import numpy as np
 
     rows = read_results(results_csv)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
     for method in dict.fromkeys(r["method"] for r in rows):
         seeds = sorted({r["seed"] for r in rows if r["method"] == method})
         per_seed = []
@@ -202,8 +220,25 @@ def plot_curves(results_csv: Path | str, png_path: Path | str) -> Path:
                 for s in train_steps
             ]
             axes[2].plot(train_steps, reward, label=method)
-    titles = ("validation accuracy vs step", "validation accuracy vs training time", "train reward (mean over seeds)")
-    xlabels = ("step", "cumulative step time (s)", "step")
+        wrong_steps = sorted({r["step"] for run, _ in per_seed for r in run if r.get("all_wrong_frac") is not None})
+        if wrong_steps:
+            share = [
+                statistics.fmean(
+                    r["all_wrong_frac"]
+                    for run, _ in per_seed
+                    for r in run
+                    if r["step"] == s and r.get("all_wrong_frac") is not None
+                )
+                for s in wrong_steps
+            ]
+            axes[3].plot(wrong_steps, share, label=method)
+    titles = (
+        "validation accuracy vs step",
+        "validation accuracy vs training time",
+        "train reward (mean over seeds)",
+        "responses in all-wrong groups (mean over seeds)",
+    )
+    xlabels = ("step", "cumulative step time (s)", "step", "step")
     for axis, title, xlabel in zip(axes, titles, xlabels):
         axis.set_title(title)
         axis.set_xlabel(xlabel)

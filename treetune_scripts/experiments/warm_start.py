@@ -108,10 +108,9 @@ class WarmStartConfig:
     eval_max_new_tokens: int = 48
 
 
-def _chain_assets(**sizes) -> TinyAssetsConfig:
-    return TinyAssetsConfig(
-        task="chain", num_train=2048, num_val=64, num_test=128, max_answer=15, min_ops=2, max_ops=3, **sizes
-    )
+def _chain_assets(**settings) -> TinyAssetsConfig:
+    task = dict(task="chain", num_train=2048, num_val=64, num_test=128, max_answer=15, min_ops=2, max_ops=3)
+    return TinyAssetsConfig(**{**task, **settings})
 
 
 #: The default experiment's warm start (~0.37M parameters; sized for SFT + 6 RL runs on a 2-core CPU).
@@ -141,7 +140,16 @@ QUICK_WARM_START = WarmStartConfig(
     sft_steps=30,
     sft_batch_size=16,
 )
-PRESETS = {"default": DEFAULT_WARM_START, "quick": QUICK_WARM_START}
+#: The hard regime's warm start: the default's model and SFT on longer chains (3-4 operations instead of 2-3), so that
+#: most prompt groups of the first RL steps are all wrong, while the hint prompt, which holds the worked solution,
+#: still leads to the answer far more often (gate: :func:`check_hard_regime`).
+HARD_WARM_START = dataclasses.replace(
+    DEFAULT_WARM_START,
+    assets=dataclasses.replace(DEFAULT_WARM_START.assets, min_ops=3, max_ops=4),
+    sft_max_length=256,  # a hinted conversation holds the worked solution twice (prompt and response)
+    eval_max_new_tokens=64,  # as the regime's max_response_length
+)
+PRESETS = {"default": DEFAULT_WARM_START, "quick": QUICK_WARM_START, "hard": HARD_WARM_START}
 
 
 class WarmStartGateError(RuntimeError):
@@ -238,8 +246,11 @@ def run_sft(config: WarmStartConfig, assets_dir: Path, work_dir: Path, log_path:
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def greedy_accuracy(model_dir: Path, conversations: list[list[dict]], answers: list[str], max_new_tokens: int) -> float:
-    """Share of ``conversations`` whose greedy completion holds the right final answer (tiny_arith grading)."""
+def completion_correctness(
+    model_dir: Path, conversations: list[list[dict]], answers: list[str], max_new_tokens: int, samples: int = 0
+) -> list[list[bool]]:
+    """Per conversation, whether each completion holds the right final answer (tiny_arith grading): one greedy
+    completion (``samples=0``), or ``samples`` completions sampled at temperature 1 (seeded)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -247,7 +258,10 @@ def greedy_accuracy(model_dir: Path, conversations: list[list[dict]], answers: l
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    correct = 0
+    torch.manual_seed(0)
+    sampling = {"do_sample": True, "temperature": 1.0, "top_k": 0, "num_return_sequences": samples} if samples else {}
+    per_conversation = max(samples, 1)
+    results = []
     for start in range(0, len(conversations), 32):
         texts = tokenizer.apply_chat_template(
             conversations[start : start + 32], tokenize=False, add_generation_prompt=True
@@ -256,11 +270,42 @@ def greedy_accuracy(model_dir: Path, conversations: list[list[dict]], answers: l
             texts, return_tensors="pt", padding=True, add_special_tokens=False, return_token_type_ids=False
         )
         with torch.no_grad():
-            output = model.generate(**inputs, do_sample=False, max_new_tokens=max_new_tokens)
+            output = model.generate(**inputs, do_sample=False, max_new_tokens=max_new_tokens, **sampling)
         completions = tokenizer.batch_decode(output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
-        for completion, answer in zip(completions, answers[start : start + 32], strict=True):
-            correct += is_correct(extract_answer(completion), answer)
-    return correct / len(conversations)
+        for k, answer in enumerate(answers[start : start + 32]):
+            group = completions[k * per_conversation : (k + 1) * per_conversation]
+            results.append([bool(is_correct(extract_answer(completion), answer)) for completion in group])
+    return results
+
+
+def greedy_accuracy(model_dir: Path, conversations: list[list[dict]], answers: list[str], max_new_tokens: int) -> float:
+    """Share of ``conversations`` whose greedy completion holds the right final answer (tiny_arith grading)."""
+    results = completion_correctness(model_dir, conversations, answers, max_new_tokens)
+    return sum(correct for (correct,) in results) / len(conversations)
+
+
+def sampled_group_outcomes(warm_start_dir: Path, prompts: int = 64, samples: int = 8) -> dict[str, float]:
+    """On the first ``prompts`` training prompts, ``samples`` responses each at temperature 1 (as the RL rollout
+    samples them): the share of prompt groups whose responses are all wrong, and the share of correct responses.
+    Cached in the warm start's ``build_info.json``."""
+    import pandas as pd
+
+    warm_start_dir = Path(warm_start_dir)
+    info_path = warm_start_dir / "build_info.json"
+    info = json.loads(info_path.read_text())
+    key = f"sampled_groups_{prompts}x{samples}"
+    if key not in info:
+        rows = pd.read_parquet(warm_start_dir / "data" / "train.parquet").head(prompts)
+        answers = [str(reward["ground_truth"]) for reward in rows["reward_model"]]
+        plain = [[dict(m) for m in prompt] for prompt in rows["prompt"]]
+        max_new_tokens = info["config"]["eval_max_new_tokens"]
+        groups = completion_correctness(warm_start_dir / "model", plain, answers, max_new_tokens, samples=samples)
+        info[key] = {
+            "all_wrong_frac": sum(not any(group) for group in groups) / len(groups),
+            "correct_frac": sum(map(sum, groups)) / (len(groups) * samples),
+        }
+        info_path.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    return info[key]
 
 
 def measure_accuracy(model_dir: Path, val_parquet: Path, max_new_tokens: int) -> dict[str, float]:
@@ -286,6 +331,38 @@ def check_mixed_groups(info: dict, acc_range: tuple[float, float] = MIXED_GROUPS
             f"the warm start's greedy validation accuracy on plain prompts is {accuracy:.3f}, outside "
             f"[{low:.2f}, {high:.2f}]: RL would see too few mixed prompt groups (all wrong or all right). "
             f"Change the warm start (WarmStartConfig.sft_steps, the task's min_ops/max_ops/max_answer) in "
+            f"treetune_scripts/experiments/warm_start.py; the build is {info.get('path', '?')}."
+        )
+
+
+#: The hard regime's gate: at least this share of prompt groups all wrong under the rollout's sampling ...
+HARD_REGIME_ALL_WRONG_MIN = 0.5
+#: ... and the hint prompt raising greedy validation accuracy by at least this much over the plain prompt.
+HARD_REGIME_HINT_GAIN_MIN = 0.2
+
+
+def check_hard_regime(info: dict, sampled: dict[str, float]) -> None:
+    """Raise :class:`WarmStartGateError` unless most sampled prompt groups are all wrong and the hint still helps.
+
+    Args:
+        info: the warm start's build info (greedy accuracies, plain and with the hint).
+        sampled: :func:`sampled_group_outcomes` of the warm start.
+    """
+    problems = []
+    if sampled["all_wrong_frac"] < HARD_REGIME_ALL_WRONG_MIN:
+        problems.append(
+            f"only {sampled['all_wrong_frac']:.3f} of the sampled prompt groups are all wrong (need >= "
+            f"{HARD_REGIME_ALL_WRONG_MIN})"
+        )
+    gain = info["val_acc_hint"] - info["val_acc_plain"]
+    if gain < HARD_REGIME_HINT_GAIN_MIN:
+        problems.append(
+            f"the hint raises greedy accuracy by {gain:.3f} ({info['val_acc_plain']:.3f} -> "
+            f"{info['val_acc_hint']:.3f}), less than {HARD_REGIME_HINT_GAIN_MIN}"
+        )
+    if problems:
+        raise WarmStartGateError(
+            f"the warm start is not in the hard regime: {'; '.join(problems)}. Change HARD_WARM_START in "
             f"treetune_scripts/experiments/warm_start.py; the build is {info.get('path', '?')}."
         )
 

@@ -24,7 +24,12 @@ import statistics
 import pytest
 
 from treetune_scripts.experiments import cpo_vs_grpo, summary
-from treetune_scripts.experiments.warm_start import WarmStartGateError, check_mixed_groups, val_acc_key
+from treetune_scripts.experiments.warm_start import (
+    WarmStartGateError,
+    check_hard_regime,
+    check_mixed_groups,
+    val_acc_key,
+)
 
 
 def no_training(*args, **kwargs):
@@ -137,6 +142,33 @@ def test_a_warm_start_outside_the_gate_stops_before_rl(tmp_path, capsys, monkeyp
     assert "stopping before RL" in err and "accuracy on plain prompts is 0.040" in err
 
 
+def test_hard_regime_gate_needs_most_groups_all_wrong_and_a_hint_that_helps():
+    check_hard_regime({"val_acc_plain": 0.05, "val_acc_hint": 0.4}, {"all_wrong_frac": 0.6})
+    with pytest.raises(WarmStartGateError, match="only 0.400 of the sampled prompt groups are all wrong"):
+        check_hard_regime({"val_acc_plain": 0.05, "val_acc_hint": 0.4}, {"all_wrong_frac": 0.4})
+    with pytest.raises(WarmStartGateError, match=r"the hint raises greedy accuracy by 0.100 \(0.050 -> 0.150\)"):
+        check_hard_regime({"val_acc_plain": 0.05, "val_acc_hint": 0.15}, {"all_wrong_frac": 0.9})
+
+
+def test_the_hard_regime_gates_on_sampled_groups_and_writes_its_own_folder(tmp_path, capsys, monkeypatch):
+    warm = tmp_path / "warm"
+    warm.mkdir()
+    (warm / "build_info.json").write_text(json.dumps({"val_acc_plain": 0.2, "val_acc_hint": 0.6, "parameters": 10}))
+    built = []
+    monkeypatch.setattr(cpo_vs_grpo, "build_warm_start", lambda config: built.append(config) or warm)
+    monkeypatch.setattr(
+        cpo_vs_grpo, "sampled_group_outcomes", lambda path: {"all_wrong_frac": 0.3, "correct_frac": 0.1}
+    )
+    monkeypatch.setattr(cpo_vs_grpo, "launch_cpo_on_cpu", no_training)
+    assert cpo_vs_grpo.main(["--regime", "hard", "--output-dir", str(tmp_path / "out")]) == 3
+    assert built == [cpo_vs_grpo.REGIMES["hard"].warm_start]
+    err = capsys.readouterr().err
+    assert "not in the hard regime: only 0.300 of the sampled prompt groups are all wrong" in err
+    plan = json.loads((tmp_path / "out" / "experiment.json").read_text())
+    assert plan["regime"] == "hard" and plan["methods"] == cpo_vs_grpo.parse_methods(cpo_vs_grpo.HARD_METHODS)
+    assert "data.max_response_length=64" in plan["overrides"]
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Summary arithmetic on a hand-made results.csv
 # ----------------------------------------------------------------------------------------------------------------------
@@ -160,6 +192,9 @@ def test_summary_numbers_by_hand(tmp_path):
                 {"method": method, "seed": seed, "step": 1, "train_reward": -0.5, "step_time_s": 100.0},
                 {"method": method, "seed": seed, "step": 2, "val_acc": final, "train_reward": 0, "step_time_s": time_s},
             ]
+    # all-wrong shares of grpo at steps 1, 2: seed 0 0.5, 0.25; seed 1 0.75, 0.75; KL at step 2: 0.1, 0.3
+    for row, (all_wrong, kl) in zip(rows[1:6:1], [(0.5, None), (0.25, 0.1), (None, None), (0.75, None), (0.75, 0.3)]):
+        row.update({"all_wrong_frac": all_wrong, "kl": kl} if all_wrong is not None else {})
     _write_csv(tmp_path / "results.csv", rows)
     stats = summary.summarize(summary.read_results(tmp_path / "results.csv"))
     assert stats["threshold"] == pytest.approx(0.3)
@@ -170,6 +205,11 @@ def test_summary_numbers_by_hand(tmp_path):
     assert grpo["step_time_s"] == pytest.approx(3.0)  # step 1 (warm-up) left out
     assert cpo["final"] == pytest.approx((0.6, 0.0)) and cpo["step_time_ratio"] == pytest.approx(1.0)
     assert grpo["first"] == pytest.approx((0.2, 0.0))
+    assert grpo["all_wrong_first"] == pytest.approx((0.5 + 0.75) / 2)  # step 1 of each seed
+    assert grpo["all_wrong_mean"] == pytest.approx((0.375 + 0.75) / 2)  # each seed's mean over its steps
+    assert grpo["final_kl"] == pytest.approx((0.1, 0.3))
+    assert cpo["all_wrong_first"] is None and cpo["final_kl"] is None  # not logged: "-" in the table
+    assert "| 0.625 / 0.562 | 0.100-0.300 |" in summary.summary_table(stats)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
