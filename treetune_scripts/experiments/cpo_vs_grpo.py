@@ -19,8 +19,8 @@ verl's own (``trainer.val_before_train``, ``trainer.test_freq``) on the held-out
 samples (:data:`HELD_OUT_OVERRIDES`).
 The first CPO run of the first seed dumps its token credit (``cpo.credit_dump``).
 
-``--regime hard`` runs the hard regime instead (:data:`REGIMES`): longer chains, where most prompt groups are all wrong
-at the start and only a hint-guided method gets a signal from them. Outputs (``--output-dir``, default
+``--regime hard`` runs the hard regime instead (:data:`REGIMES`): a warm start for which most prompt groups are all
+wrong at the start, so that only a hint-guided method gets a signal from them. Outputs (``--output-dir``, default
 ``outputs/experiments/cpo_vs_grpo/``, ``outputs/experiments/cpo_vs_grpo_hard/`` for the hard regime): ``results.csv``,
 ``summary.md``, ``curves.png``, ``credit_report.html``, ``experiment.json`` and ``runs/<method>__seed<k>/`` (metrics,
 log, dump).
@@ -138,11 +138,8 @@ class Regime:
 REGIMES = {
     # Warm start with mixed prompt groups (gate: check_mixed_groups).
     "default": Regime(DEFAULT_WARM_START, DEFAULT_METHODS, DEFAULT_OUTPUT_DIR),
-    # Longer chains: most prompt groups all wrong at the start, the hint still helps (gate: check_hard_regime); the
-    # responses are longer, hence max_response_length 64.
-    "hard": Regime(
-        HARD_WARM_START, HARD_METHODS, Path("outputs/experiments/cpo_vs_grpo_hard"), ("data.max_response_length=64",)
-    ),
+    # Most prompt groups all wrong at the start, the hint still helps (gate: check_hard_regime).
+    "hard": Regime(HARD_WARM_START, HARD_METHODS, Path("outputs/experiments/cpo_vs_grpo_hard")),
 }
 
 

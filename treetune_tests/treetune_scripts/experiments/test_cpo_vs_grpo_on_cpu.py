@@ -29,6 +29,7 @@ from treetune_scripts.experiments.warm_start import (
     check_hard_regime,
     check_mixed_groups,
     val_acc_key,
+    warm_start_hash,
 )
 
 
@@ -150,6 +151,31 @@ def test_hard_regime_gate_needs_most_groups_all_wrong_and_a_hint_that_helps():
         check_hard_regime({"val_acc_plain": 0.05, "val_acc_hint": 0.15}, {"all_wrong_frac": 0.9})
 
 
+def test_sampled_group_outcomes_count_groups_of_sampled_responses_and_are_cached(tmp_path, monkeypatch):
+    from treetune_scripts.experiments import warm_start
+    from treetune_scripts.make_tiny_assets import build_tiny_assets
+
+    assets = build_tiny_assets()
+    warm = tmp_path / "warm"
+    warm.mkdir()
+    (warm / "model").symlink_to(assets / "model")
+    (warm / "data").symlink_to(assets / "data")
+    (warm / "build_info.json").write_text(json.dumps({"config": {"eval_max_new_tokens": 8}}))
+    seen = []
+    real = warm_start.completion_correctness  # the real model samples; the grading is replaced by a known pattern
+
+    def graded(model_dir, conversations, answers, max_new_tokens, samples=0):
+        groups = real(model_dir, conversations, answers, max_new_tokens, samples)
+        seen.append((len(conversations), samples, [len(group) for group in groups]))
+        return [[k == 0 and i % 2 == 0 for k in range(len(group))] for i, group in enumerate(groups)]
+
+    monkeypatch.setattr(warm_start, "completion_correctness", graded)
+    outcome = warm_start.sampled_group_outcomes(warm, prompts=4, samples=3)
+    assert seen == [(4, 3, [3, 3, 3, 3])]  # 3 sampled responses for each of the 4 prompts
+    assert outcome == {"all_wrong_frac": 0.5, "correct_frac": 2 / 12}  # prompts 0, 2 have one right response
+    assert warm_start.sampled_group_outcomes(warm, prompts=4, samples=3) == outcome and len(seen) == 1  # cached
+
+
 def test_the_hard_regime_gates_on_sampled_groups_and_writes_its_own_folder(tmp_path, capsys, monkeypatch):
     warm = tmp_path / "warm"
     warm.mkdir()
@@ -166,7 +192,7 @@ def test_the_hard_regime_gates_on_sampled_groups_and_writes_its_own_folder(tmp_p
     assert "not in the hard regime: only 0.300 of the sampled prompt groups are all wrong" in err
     plan = json.loads((tmp_path / "out" / "experiment.json").read_text())
     assert plan["regime"] == "hard" and plan["methods"] == cpo_vs_grpo.parse_methods(cpo_vs_grpo.HARD_METHODS)
-    assert "data.max_response_length=64" in plan["overrides"]
+    assert plan["warm_start"] == warm_start_hash(cpo_vs_grpo.REGIMES["hard"].warm_start)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
