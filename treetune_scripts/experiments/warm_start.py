@@ -259,7 +259,9 @@ def completion_correctness(
     model_dir: Path, conversations: list[list[dict]], answers: list[str], max_new_tokens: int, samples: int = 0
 ) -> list[list[bool]]:
     """Per conversation, whether each completion holds the right final answer (tiny_arith grading): one greedy
-    completion (``samples=0``), or ``samples`` completions sampled at temperature 1 (seeded)."""
+    completion (``samples=0``), or ``samples`` completions sampled at temperature 1 (seeded). As the rollouts, only
+    the tokenizer's ids are candidates: the output layer's padding rows are suppressed (sampled, they end a response
+    in garbage)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -269,7 +271,8 @@ def completion_correctness(
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     torch.manual_seed(0)
     decoding = {"do_sample": True, "temperature": 1.0, "top_k": 0, "num_return_sequences": samples} if samples else {}
-    decoding = {"do_sample": False, **decoding}
+    padding_rows = list(range(len(tokenizer), model.config.vocab_size))
+    decoding = {"do_sample": False, **decoding, **({"suppress_tokens": padding_rows} if padding_rows else {})}
     per_conversation = max(samples, 1)
     results = []
     for start in range(0, len(conversations), 32):
@@ -303,7 +306,7 @@ def sampled_group_outcomes(warm_start_dir: Path, prompts: int = 64, samples: int
     warm_start_dir = Path(warm_start_dir)
     info_path = warm_start_dir / "build_info.json"
     info = json.loads(info_path.read_text())
-    key = f"sampled_groups_{prompts}x{samples}"
+    key = f"sampled_groups_{prompts}x{samples}_tokenizer_ids"
     if key not in info:
         rows = pd.read_parquet(warm_start_dir / "data" / "train.parquet").head(prompts)
         answers = [str(reward["ground_truth"]) for reward in rows["reward_model"]]
