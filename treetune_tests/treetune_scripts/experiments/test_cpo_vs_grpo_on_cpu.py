@@ -306,8 +306,13 @@ def test_summary_numbers_equal_those_recomputed_from_results_csv(quick_experimen
             area = sum((xs[i + 1] - xs[i]) * (ys[i] + ys[i + 1]) / 2 for i in range(len(xs) - 1))
             aucs.append(area / (xs[-1] - xs[0]))
         step_time = statistics.fmean(statistics.fmean(times[(method, s)]) for s in ("0", "1"))
-        seeds, first, final, auc, _, time_cell, ratio = by_method[method]
+        seeds, first, final, auc, _, all_wrong_cell, _, time_cell, ratio = by_method[method]
         assert seeds == "2"
+        shares = {s: [float(r["all_wrong_frac"]) for r in rows if (r["method"], r["seed"]) == (method, s)
+                      and r["all_wrong_frac"] != ""] for s in ("0", "1")}  # fmt: skip
+        step_one = statistics.fmean(shares[s][0] for s in ("0", "1"))
+        overall = statistics.fmean(statistics.fmean(shares[s]) for s in ("0", "1"))
+        assert _numbers(all_wrong_cell) == pytest.approx([step_one, overall], abs=1e-3)  # logged by GRPO too
         firsts = [c[0][1] for c in method_curves]
         assert _numbers(first) == pytest.approx([statistics.fmean(firsts), statistics.stdev(firsts)], abs=1e-4)
         assert _numbers(final) == pytest.approx([statistics.fmean(finals), statistics.stdev(finals)], abs=1e-4)
