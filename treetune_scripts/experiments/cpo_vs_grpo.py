@@ -19,8 +19,9 @@ verl's own (``trainer.val_before_train``, ``trainer.test_freq``) on the held-out
 samples (:data:`HELD_OUT_OVERRIDES`).
 The first CPO run of the first seed dumps its token credit (``cpo.credit_dump``).
 
-``--regime hard`` runs the hard regime instead (:data:`REGIMES`): a warm start for which most prompt groups are all
-wrong at the start, so that only a hint-guided method gets a signal from them. Outputs (``--output-dir``, default
+``--regime hard`` runs the hard regime instead (:data:`REGIMES`): the same warm start, trained and validated on the
+problems it fails (``hard_prompts.py``), so that most prompt groups are all wrong at the start and only a hint-guided
+method gets a signal from them. Outputs (``--output-dir``, default
 ``outputs/experiments/cpo_vs_grpo/``, ``outputs/experiments/cpo_vs_grpo_hard/`` for the hard regime): ``results.csv``,
 ``summary.md``, ``curves.png``, ``credit_report.html``, ``experiment.json`` and ``runs/<method>__seed<k>/`` (metrics,
 log, dump).
@@ -43,20 +44,17 @@ import time
 from pathlib import Path
 
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
-from treetune_scripts.experiments import summary
+from treetune_scripts.experiments import hard_prompts, summary
 from treetune_scripts.experiments.warm_start import (
     DEFAULT_WARM_START,
-    HARD_WARM_START,
     HINT_OVERRIDES,
     QUICK_WARM_START,
     TASK_RL_OVERRIDES,
     WarmStartConfig,
     WarmStartGateError,
     build_warm_start,
-    check_hard_regime,
     check_mixed_groups,
     read_build_info,
-    sampled_group_outcomes,
     val_acc_key,
     warm_start_hash,
 )
@@ -126,20 +124,23 @@ METHOD_KEYS = ("pos_alpha", "neg_alpha", "cpo_lambda", "rlsd_lambda", "rlsd_clip
 
 @dataclasses.dataclass(frozen=True)
 class Regime:
-    """What ``--regime`` chooses: the warm start, its gate, the methods, the output folder and the regime's RL
-    settings on top of the task's (identical for every method of the regime)."""
+    """What ``--regime`` chooses: the warm start, its prompts (all of the task's, or only those the warm start fails:
+    ``hard_prompts.py``) and with them the gate, the methods, the output folder and the regime's RL settings on top of
+    the task's (identical for every method of the regime)."""
 
     warm_start: WarmStartConfig
     methods: str
     output_dir: Path
+    hard_prompts: bool = False
     overrides: tuple[str, ...] = ()
 
 
 REGIMES = {
-    # Warm start with mixed prompt groups (gate: check_mixed_groups).
+    # Every prompt of the task; the warm start gives mixed prompt groups (gate: check_mixed_groups).
     "default": Regime(DEFAULT_WARM_START, DEFAULT_METHODS, DEFAULT_OUTPUT_DIR),
-    # Most prompt groups all wrong at the start, the hint still helps (gate: check_hard_regime).
-    "hard": Regime(HARD_WARM_START, HARD_METHODS, Path("outputs/experiments/cpo_vs_grpo_hard")),
+    # The prompts the same warm start fails: most groups all wrong at the start, the hint still helps (gate:
+    # hard_prompts.check_hard_regime).
+    "hard": Regime(DEFAULT_WARM_START, HARD_METHODS, Path("outputs/experiments/cpo_vs_grpo_hard"), hard_prompts=True),
 }
 
 
@@ -336,16 +337,17 @@ def main(argv: list[str] | None = None) -> int:
         f"with hint {info['val_acc_hint']:.3f} ({info['parameters']} parameters)",
         flush=True,
     )
+    regime_note = ""
+    if regime.hard_prompts and not args.quick:
+        print("[experiment] hard prompts (sampled once per warm start) ...", flush=True)
+        selected = hard_prompts.select_hard_prompts(warm_dir)
+        regime_note = hard_prompts.describe(selected.info)
+        print(f"[experiment] {regime_note}", flush=True)
+        overrides = [f"data.train_files={selected.train}", f"data.val_files={selected.val}", *overrides]
     if not (args.quick or args.skip_gate):
         try:
-            if args.regime == "hard":
-                sampled = sampled_group_outcomes(warm_dir)
-                print(
-                    f"[experiment] sampled at temperature 1 (64 training prompts x 8): all-wrong groups "
-                    f"{sampled['all_wrong_frac']:.3f}, correct responses {sampled['correct_frac']:.3f}",
-                    flush=True,
-                )
-                check_hard_regime(info, sampled)
+            if regime.hard_prompts:
+                hard_prompts.check_hard_regime(selected.info)
             else:
                 check_mixed_groups(info)
         except WarmStartGateError as error:
@@ -395,7 +397,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"[experiment] {name} done: final val acc {final[-1] if final else 'n/a'}, run {wall:.0f} s", flush=True
             )
 
-    table = summary.write_summary(output_dir / "results.csv", output_dir / "summary.md", warm_info=info)
+    table = summary.write_summary(
+        output_dir / "results.csv", output_dir / "summary.md", warm_info=info, regime_note=regime_note
+    )
     summary.plot_curves(output_dir / "results.csv", output_dir / "curves.png")
     if cpo_methods:
         from treetune_scripts.credit_report import build_report

@@ -151,8 +151,11 @@ def summary_table(stats: dict) -> str:
     return "\n".join(lines)
 
 
-def write_summary(results_csv: Path | str, summary_md: Path | str, warm_info: dict | None = None) -> str:
-    """Write ``summary.md``; returns its table."""
+def write_summary(
+    results_csv: Path | str, summary_md: Path | str, warm_info: dict | None = None, regime_note: str = ""
+) -> str:
+    """Write ``summary.md`` (``regime_note``: a paragraph on the regime's prompts, after the warm start's); returns
+    its table."""
     stats = summarize(read_results(results_csv))
     table = summary_table(stats)
     warm = ""
@@ -162,6 +165,8 @@ def write_summary(results_csv: Path | str, summary_md: Path | str, warm_info: di
             f"{warm_info['val_acc_hint']:.3f} with the hint ({warm_info['parameters']} parameters, "
             f"`{warm_info['path']}`).\n\n"
         )
+    if regime_note:
+        warm += f"{regime_note}\n\n"
     text = (
         "# CPO vs GRPO: summary\n\n"
         f"{warm}{table}\n\n"

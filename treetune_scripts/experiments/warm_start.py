@@ -113,18 +113,20 @@ def _chain_assets(**settings) -> TinyAssetsConfig:
     return TinyAssetsConfig(**{**task, **settings})
 
 
-#: The model of the experiments' warm starts (~0.39M parameters).
-_EXPERIMENT_MODEL = dict(
-    hidden_size=96,
-    intermediate_size=256,
-    num_hidden_layers=3,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=32,
-)
-#: The default experiment's warm start (~0.37M parameters; sized for SFT + 6 RL runs on a 2-core CPU).
+#: The experiments' warm start (~0.39M parameters; sized for SFT + 15 RL runs a regime on a 2-core CPU): the hard
+#: regime trains it on the prompts it fails (``hard_prompts.py``). verl's SFT on CPU is not bitwise reproducible from
+#: build to build, and at this scale the difference shows: two builds of this config measured greedy validation
+#: accuracy 0.125 and 0.203 on plain prompts (0.609 and 0.859 with the hint). Each experiment gates the build it uses
+#: and records its numbers in its summary.
 DEFAULT_WARM_START = WarmStartConfig(
-    assets=_chain_assets(**_EXPERIMENT_MODEL),
+    assets=_chain_assets(
+        hidden_size=96,
+        intermediate_size=256,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+    ),  # fmt: skip
     sft_steps=300,
     sft_batch_size=16,
     sft_lr=2e-3,
@@ -142,18 +144,7 @@ QUICK_WARM_START = WarmStartConfig(
     sft_steps=30,
     sft_batch_size=16,
 )
-#: The hard regime's warm start: the default's model, task and SFT, on its own so that it stays fixed when the default
-#: changes. Measured: greedy validation accuracy 0.125 on plain prompts and 0.609 with the hint; sampled as the rollout
-#: samples (64 training prompts x 8 responses at temperature 1), 64 % of the prompt groups are all wrong and 7.0 % of
-#: the responses right (gate: :func:`check_hard_regime`). (Longer chains, 3-4 operations with the same SFT, came out
-#: easier: 42 % all-wrong groups, greedy 0.156 / 0.641.)
-HARD_WARM_START = WarmStartConfig(
-    assets=_chain_assets(**_EXPERIMENT_MODEL),
-    sft_steps=300,
-    sft_batch_size=16,
-    sft_lr=2e-3,
-)
-PRESETS = {"default": DEFAULT_WARM_START, "quick": QUICK_WARM_START, "hard": HARD_WARM_START}
+PRESETS = {"default": DEFAULT_WARM_START, "quick": QUICK_WARM_START}
 
 
 class WarmStartGateError(RuntimeError):
@@ -251,12 +242,18 @@ def run_sft(config: WarmStartConfig, assets_dir: Path, work_dir: Path, log_path:
 
 
 def completion_correctness(
-    model_dir: Path, conversations: list[list[dict]], answers: list[str], max_new_tokens: int, samples: int = 0
+    model_dir: Path,
+    conversations: list[list[dict]],
+    answers: list[str],
+    max_new_tokens: int,
+    samples: int = 0,
+    *,
+    seed: int = 0,
 ) -> list[list[bool]]:
     """Per conversation, whether each completion holds the right final answer (tiny_arith grading): one greedy
-    completion (``samples=0``), or ``samples`` completions sampled at temperature 1 (seeded). As the rollouts, only
-    the tokenizer's ids are candidates: the output layer's padding rows are suppressed (sampled, they end a response
-    in garbage)."""
+    completion (``samples=0``), or ``samples`` completions sampled at temperature 1 (torch seeded with ``seed``). As
+    the rollouts, only the tokenizer's ids are candidates: the output layer's padding rows are suppressed (sampled,
+    they end a response in garbage)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -264,7 +261,7 @@ def completion_correctness(
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     decoding = {"do_sample": True, "temperature": 1.0, "top_k": 0, "num_return_sequences": samples} if samples else {}
     padding_rows = list(range(len(tokenizer), model.config.vocab_size))
     decoding = {"do_sample": False, **decoding, **({"suppress_tokens": padding_rows} if padding_rows else {})}
@@ -292,30 +289,6 @@ def greedy_accuracy(model_dir: Path, conversations: list[list[dict]], answers: l
     return sum(correct for (correct,) in results) / len(conversations)
 
 
-def sampled_group_outcomes(warm_start_dir: Path, prompts: int = 64, samples: int = 8) -> dict[str, float]:
-    """On the first ``prompts`` training prompts, ``samples`` responses each at temperature 1 (as the RL rollout
-    samples them): the share of prompt groups whose responses are all wrong, and the share of correct responses.
-    Cached in the warm start's ``build_info.json``."""
-    import pandas as pd
-
-    warm_start_dir = Path(warm_start_dir)
-    info_path = warm_start_dir / "build_info.json"
-    info = json.loads(info_path.read_text())
-    key = f"sampled_groups_{prompts}x{samples}_tokenizer_ids"
-    if key not in info:
-        rows = pd.read_parquet(warm_start_dir / "data" / "train.parquet").head(prompts)
-        answers = [str(reward["ground_truth"]) for reward in rows["reward_model"]]
-        plain = [[dict(m) for m in prompt] for prompt in rows["prompt"]]
-        max_new_tokens = info["config"]["eval_max_new_tokens"]
-        groups = completion_correctness(warm_start_dir / "model", plain, answers, max_new_tokens, samples=samples)
-        info[key] = {
-            "all_wrong_frac": sum(not any(group) for group in groups) / len(groups),
-            "correct_frac": sum(map(sum, groups)) / (len(groups) * samples),
-        }
-        info_path.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-    return info[key]
-
-
 def measure_accuracy(model_dir: Path, val_parquet: Path, max_new_tokens: int) -> dict[str, float]:
     """Greedy accuracy on the validation prompts, plain and with the hint prompt."""
     import pandas as pd
@@ -339,38 +312,6 @@ def check_mixed_groups(info: dict, acc_range: tuple[float, float] = MIXED_GROUPS
             f"the warm start's greedy validation accuracy on plain prompts is {accuracy:.3f}, outside "
             f"[{low:.2f}, {high:.2f}]: RL would see too few mixed prompt groups (all wrong or all right). "
             f"Change the warm start (WarmStartConfig.sft_steps, the task's min_ops/max_ops/max_answer) in "
-            f"treetune_scripts/experiments/warm_start.py; the build is {info.get('path', '?')}."
-        )
-
-
-#: The hard regime's gate: at least this share of prompt groups all wrong under the rollout's sampling ...
-HARD_REGIME_ALL_WRONG_MIN = 0.5
-#: ... and the hint prompt raising greedy validation accuracy by at least this much over the plain prompt.
-HARD_REGIME_HINT_GAIN_MIN = 0.2
-
-
-def check_hard_regime(info: dict, sampled: dict[str, float]) -> None:
-    """Raise :class:`WarmStartGateError` unless most sampled prompt groups are all wrong and the hint still helps.
-
-    Args:
-        info: the warm start's build info (greedy accuracies, plain and with the hint).
-        sampled: :func:`sampled_group_outcomes` of the warm start.
-    """
-    problems = []
-    if sampled["all_wrong_frac"] < HARD_REGIME_ALL_WRONG_MIN:
-        problems.append(
-            f"only {sampled['all_wrong_frac']:.3f} of the sampled prompt groups are all wrong (need >= "
-            f"{HARD_REGIME_ALL_WRONG_MIN})"
-        )
-    gain = info["val_acc_hint"] - info["val_acc_plain"]
-    if gain < HARD_REGIME_HINT_GAIN_MIN:
-        problems.append(
-            f"the hint raises greedy accuracy by {gain:.3f} ({info['val_acc_plain']:.3f} -> "
-            f"{info['val_acc_hint']:.3f}), less than {HARD_REGIME_HINT_GAIN_MIN}"
-        )
-    if problems:
-        raise WarmStartGateError(
-            f"the warm start is not in the hard regime: {'; '.join(problems)}. Change HARD_WARM_START in "
             f"treetune_scripts/experiments/warm_start.py; the build is {info.get('path', '?')}."
         )
 

@@ -23,10 +23,10 @@ import statistics
 
 import pytest
 
-from treetune_scripts.experiments import cpo_vs_grpo, summary
+from treetune_scripts.experiments import cpo_vs_grpo, hard_prompts, summary
+from treetune_scripts.experiments.hard_prompts import check_hard_regime
 from treetune_scripts.experiments.warm_start import (
     WarmStartGateError,
-    check_hard_regime,
     check_mixed_groups,
     val_acc_key,
     warm_start_hash,
@@ -143,15 +143,21 @@ def test_a_warm_start_outside_the_gate_stops_before_rl(tmp_path, capsys, monkeyp
     assert "stopping before RL" in err and "accuracy on plain prompts is 0.040" in err
 
 
-def test_hard_regime_gate_needs_most_groups_all_wrong_and_a_hint_that_helps():
-    check_hard_regime({"val_acc_plain": 0.05, "val_acc_hint": 0.4}, {"all_wrong_frac": 0.6})
-    with pytest.raises(WarmStartGateError, match="only 0.400 of the sampled prompt groups are all wrong"):
-        check_hard_regime({"val_acc_plain": 0.05, "val_acc_hint": 0.4}, {"all_wrong_frac": 0.4})
-    with pytest.raises(WarmStartGateError, match=r"the hint raises greedy accuracy by 0.100 \(0.050 -> 0.150\)"):
-        check_hard_regime({"val_acc_plain": 0.05, "val_acc_hint": 0.15}, {"all_wrong_frac": 0.9})
+def _hard_info(all_wrong_frac, val_acc_plain, val_acc_hint):
+    return {"all_wrong_frac": all_wrong_frac, "val_acc_plain": val_acc_plain, "val_acc_hint": val_acc_hint}
 
 
-def test_sampled_group_outcomes_count_groups_of_sampled_responses_and_are_cached(tmp_path, monkeypatch):
+def test_hard_regime_gate_needs_most_fresh_groups_all_wrong_and_a_hint_that_helps():
+    check_hard_regime(_hard_info(0.6, 0.05, 0.4))
+    with pytest.raises(WarmStartGateError, match="only 0.550 of the freshly sampled groups .* are all wrong"):
+        check_hard_regime(_hard_info(0.55, 0.05, 0.4))
+    with pytest.raises(WarmStartGateError, match=r"the hint raises greedy accuracy .* by 0.100 \(0.050 -> 0.150\)"):
+        check_hard_regime(_hard_info(0.9, 0.05, 0.15))
+
+
+def test_hard_prompts_are_those_without_a_right_sample_and_the_gate_samples_them_afresh(tmp_path, monkeypatch):
+    import pandas as pd
+
     from treetune_scripts.experiments import warm_start
     from treetune_scripts.make_tiny_assets import build_tiny_assets
 
@@ -161,35 +167,70 @@ def test_sampled_group_outcomes_count_groups_of_sampled_responses_and_are_cached
     (warm / "model").symlink_to(assets / "model")
     (warm / "data").symlink_to(assets / "data")
     (warm / "build_info.json").write_text(json.dumps({"config": {"eval_max_new_tokens": 8}}))
-    seen = []
+    calls = []
     real = warm_start.completion_correctness  # the real model samples; the grading is replaced by a known pattern
 
-    def graded(model_dir, conversations, answers, max_new_tokens, samples=0):
-        groups = real(model_dir, conversations, answers, max_new_tokens, samples)
-        seen.append((len(conversations), samples, [len(group) for group in groups]))
-        return [[k == 0 and i % 2 == 0 for k in range(len(group))] for i, group in enumerate(groups)]
+    def graded(model_dir, conversations, answers, max_new_tokens, samples=0, *, seed=0):
+        groups = real(model_dir, conversations, answers, max_new_tokens, samples, seed=seed)
+        calls.append((len(conversations), samples, seed, [len(group) for group in groups]))
+        if not samples:  # greedy: right with the hint only
+            return [["Worked solution" in conversation[-1]["content"]] for conversation in conversations]
+        every = 2 if seed == hard_prompts.SELECTION_SEED else 4  # a right response in every 2nd / 4th group
+        return [[k == 0 and i % every == 0 for k in range(len(group))] for i, group in enumerate(groups)]
 
-    monkeypatch.setattr(warm_start, "completion_correctness", graded)
-    outcome = warm_start.sampled_group_outcomes(warm, prompts=4, samples=3)
-    assert seen == [(4, 3, [3, 3, 3, 3])]  # 3 sampled responses for each of the 4 prompts
-    assert outcome == {"all_wrong_frac": 0.5, "correct_frac": 2 / 12}  # prompts 0, 2 have one right response
-    assert warm_start.sampled_group_outcomes(warm, prompts=4, samples=3) == outcome and len(seen) == 1  # cached
+    monkeypatch.setattr(hard_prompts, "completion_correctness", graded)
+    selected = hard_prompts.select_hard_prompts(warm)
+
+    train_pool = pd.read_parquet(assets / "data" / "train.parquet")
+    val_pool = pd.read_parquet(assets / "data" / "val.parquet")  # the tiny assets have no test split
+    samples = hard_prompts.SELECTION_SAMPLES
+    gate = min(hard_prompts.GATE_PROMPTS, len(train_pool) // 2)
+    assert [call[:3] for call in calls] == [
+        (len(train_pool), samples, hard_prompts.SELECTION_SEED),
+        (len(val_pool), samples, hard_prompts.SELECTION_SEED),
+        (gate, samples, hard_prompts.GATE_SEED),
+        (len(val_pool) // 2, 0, 0),
+        (len(val_pool) // 2, 0, 0),
+    ]
+    assert all(lengths == [max(call[1], 1)] * call[0] for *call, lengths in calls)
+    train, val = pd.read_parquet(selected.train), pd.read_parquet(selected.val)
+    assert list(train["extra_info"].map(lambda e: e["index"])) == list(range(1, len(train_pool), 2))
+    assert list(val["extra_info"].map(lambda e: e["index"])) == list(range(1, len(val_pool), 2))
+    assert list(train.columns) == list(train_pool.columns)
+    fresh_right = len(range(0, gate, 4))
+    assert selected.info == {
+        "selection": f"no right response in {samples} samples at temperature 1 (seed 0)",
+        "train_pool": len(train_pool),
+        "train_prompts": len(train_pool) // 2,
+        "val_pool": len(val_pool),
+        "val_prompts": len(val_pool) // 2,
+        "gate_prompts": gate,
+        "all_wrong_frac": (gate - fresh_right) / gate,
+        "correct_frac": fresh_right / (gate * samples),
+        "val_acc_plain": 0.0,
+        "val_acc_hint": 1.0,
+    }
+    assert hard_prompts.select_hard_prompts(warm) == selected and len(calls) == 5  # cached
 
 
-def test_the_hard_regime_gates_on_sampled_groups_and_writes_its_own_folder(tmp_path, capsys, monkeypatch):
+def test_the_hard_regime_trains_on_the_hard_prompts_of_the_default_warm_start(tmp_path, capsys, monkeypatch):
     warm = tmp_path / "warm"
     warm.mkdir()
     (warm / "build_info.json").write_text(json.dumps({"val_acc_plain": 0.2, "val_acc_hint": 0.6, "parameters": 10}))
     built = []
+    info = {
+        **_hard_info(0.3, 0.0, 0.5),
+        **dict(train_pool=8, train_prompts=4, val_pool=4, val_prompts=2, gate_prompts=4, correct_frac=0.1),
+    }
+    selected = hard_prompts.HardPrompts(train=tmp_path / "train.parquet", val=tmp_path / "val.parquet", info=info)
     monkeypatch.setattr(cpo_vs_grpo, "build_warm_start", lambda config: built.append(config) or warm)
-    monkeypatch.setattr(
-        cpo_vs_grpo, "sampled_group_outcomes", lambda path: {"all_wrong_frac": 0.3, "correct_frac": 0.1}
-    )
+    monkeypatch.setattr(hard_prompts, "select_hard_prompts", lambda path: selected if path == warm else None)
     monkeypatch.setattr(cpo_vs_grpo, "launch_cpo_on_cpu", no_training)
     assert cpo_vs_grpo.main(["--regime", "hard", "--output-dir", str(tmp_path / "out")]) == 3
-    assert built == [cpo_vs_grpo.REGIMES["hard"].warm_start]
-    err = capsys.readouterr().err
-    assert "not in the hard regime: only 0.300 of the sampled prompt groups are all wrong" in err
+    assert built == [cpo_vs_grpo.REGIMES["hard"].warm_start] == [cpo_vs_grpo.REGIMES["default"].warm_start]
+    captured = capsys.readouterr()
+    assert "Hard prompts: 4 of 8 training and 2 of 4 held-out prompts" in captured.out
+    assert "not in the hard regime: only 0.300 of the freshly sampled groups" in captured.err
     plan = json.loads((tmp_path / "out" / "experiment.json").read_text())
     assert plan["regime"] == "hard" and plan["methods"] == cpo_vs_grpo.parse_methods(cpo_vs_grpo.HARD_METHODS)
     assert plan["warm_start"] == warm_start_hash(cpo_vs_grpo.REGIMES["hard"].warm_start)
