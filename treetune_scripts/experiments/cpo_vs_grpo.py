@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[experiment] {error}", file=sys.stderr)
         return 2
 
-    print(f"[experiment] warm start ({'quick' if args.quick else args.regime} preset) ...", flush=True)
+    print(f"[experiment] warm start ({'quick' if args.quick else args.regime} regime) ...", flush=True)
     warm_dir = build_warm_start(warm_config)
     info = read_build_info(warm_dir)
     print(
