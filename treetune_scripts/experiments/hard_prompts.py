@@ -35,7 +35,7 @@ import functools
 import json
 from pathlib import Path
 
-from treetune_scripts.experiments.warm_start import WarmStartGateError, completion_correctness, hint_messages
+from treetune_scripts.experiments.warm_start import WarmStartGateError, completion_correctness, measure_accuracy
 from treetune_scripts.make_tiny_assets import build_cached
 
 #: Responses sampled per prompt to call it hard (none right) and, in the gate, to count all-wrong groups; as many as
@@ -105,7 +105,6 @@ def _write_hard_prompts(warm_start_dir: Path, out_dir: Path) -> None:
     fresh = completion_correctness(
         model_dir, _plain(gate_rows), _answers(gate_rows), max_new_tokens, SELECTION_SAMPLES, seed=GATE_SEED
     )
-    hinted = [hint_messages(extra["question"], extra["solution"]) for extra in val["extra_info"]]
     info = {
         "selection": f"no right response in {SELECTION_SAMPLES} samples at temperature 1 (seed {SELECTION_SEED})",
         "train_pool": len(train_pool),
@@ -115,8 +114,7 @@ def _write_hard_prompts(warm_start_dir: Path, out_dir: Path) -> None:
         "gate_prompts": len(gate_rows),
         "all_wrong_frac": sum(not any(group) for group in fresh) / len(fresh),
         "correct_frac": sum(map(sum, fresh)) / (len(fresh) * SELECTION_SAMPLES),
-        "val_acc_plain": _greedy_accuracy(model_dir, _plain(val), _answers(val), max_new_tokens),
-        "val_acc_hint": _greedy_accuracy(model_dir, hinted, _answers(val), max_new_tokens),
+        **measure_accuracy(model_dir, out_dir / "val.parquet", max_new_tokens),  # val_acc_plain, val_acc_hint
     }
     (out_dir / "info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
 
@@ -127,11 +125,6 @@ def _plain(rows) -> list[list[dict]]:
 
 def _answers(rows) -> list[str]:
     return [str(reward["ground_truth"]) for reward in rows["reward_model"]]
-
-
-def _greedy_accuracy(model_dir: Path, conversations, answers, max_new_tokens: int) -> float:
-    results = completion_correctness(model_dir, conversations, answers, max_new_tokens)
-    return sum(correct for (correct,) in results) / max(len(results), 1)
 
 
 def check_hard_regime(info: dict) -> None:

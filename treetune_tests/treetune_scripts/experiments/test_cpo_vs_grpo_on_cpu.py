@@ -179,6 +179,7 @@ def test_hard_prompts_are_those_without_a_right_sample_and_the_gate_samples_them
         return [[k == 0 and i % every == 0 for k in range(len(group))] for i, group in enumerate(groups)]
 
     monkeypatch.setattr(hard_prompts, "completion_correctness", graded)
+    monkeypatch.setattr(warm_start, "completion_correctness", graded)  # the greedy measurements
     selected = hard_prompts.select_hard_prompts(warm)
 
     train_pool = pd.read_parquet(assets / "data" / "train.parquet")
