@@ -15,5 +15,12 @@
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> float:
-    """1.0 when the response contains the answer, else 0.0."""
-    return 1.0 if ground_truth in (solution_str or "") else 0.0
+    """1.0 when the response contains the answer, plus a tie-breaker below 0.01: the mean character code over 127 / 100.
+
+    The random test model rarely writes the answer, so with the answer alone every group of a step could score the same
+    and GRPO's advantages, hence the gradient the test checks, would be exactly zero. The tie-breaker makes the two
+    responses of a group score differently unless their characters sum to the same code.
+    """
+    response = solution_str or ""
+    tie_breaker = sum(map(ord, response)) / max(len(response), 1) / 127 / 100
+    return (1.0 if ground_truth in response else 0.0) + tie_breaker
