@@ -205,17 +205,6 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(context_sensitive_a
     assert math.isfinite(max_change) and max_change > 1e-3
 
 
-@pytest.mark.e2e
-@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
-def test_grpo_estimator_with_the_cpo_config_is_plain_grpo(assets_dir, tmp_path):
-    run, metrics = run_cpo(assets_dir, tmp_path, steps=1, extra=["algorithm.adv_estimator=grpo"])
-    values = metrics[1]
-    assert "actor/pg_loss" in values and "actor/kl_loss" in values
-    # Only the prompt-group outcome shares, which every estimator logs; no hinted pass, no shaping.
-    group_outcomes = {"cpo/group_all_wrong_frac", "cpo/group_all_correct_frac", "cpo/success_frac"}
-    assert {key for key in values if "cpo/" in key} == group_outcomes
-
-
 def start_cpo(assets_dir, tmp_path, *overrides, timeout_s=180):
     """Run the entry point expecting it to stop at start-up; returns its combined output."""
     command = [

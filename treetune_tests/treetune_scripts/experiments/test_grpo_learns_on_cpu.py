@@ -34,7 +34,8 @@ accuracy gain >= 2/16 (smallest 3/16). On the previous warm start (head_dim 24, 
 thin margin and lr 5e-4 did not learn reliably (up to 77 % of a step's responses at the 48-token limit). With vLLM,
 learning is the proof that verl's weight sync reaches the engine at every step. Health: the rollout's log-probs match
 the trainer's, ``|rollout_corr/kl| < 0.01`` at every step (about 3 before the attention-mask fix,
-verl-cpu's ``no_padding_attention_mask`` in ``verl_cpu/patches/engine.py``).
+verl-cpu's ``no_padding_attention_mask`` in ``verl_cpu/patches/engine.py``). GRPO with the CPO config is plain
+GRPO: no hinted pass and no shaping, only the prompt-group outcome shares every estimator logs.
 """
 
 import statistics
@@ -65,6 +66,8 @@ VAL_ACC_GAIN_MIN = 2 / NUM_PROMPTS
 #: Healthy bf16-trainer vs fp32-rollout mismatch is about 1e-3 nats per token; the attention-mask bug gave ~3.
 ROLLOUT_KL_MAX = 0.01
 REWARD_KEY = "critic/score/mean"
+#: The only ``cpo/`` metrics a GRPO run logs: the prompt-group outcome shares, logged for every estimator.
+GROUP_OUTCOME_METRICS = {"cpo/group_all_wrong_frac", "cpo/group_all_correct_frac", "cpo/success_frac"}
 ROLLOUT_KL_KEY = "rollout_corr/kl"
 
 
@@ -152,6 +155,9 @@ def test_grpo_learns_a_fixed_prompt_set_from_the_warm_start(warm_dir, tmp_path, 
         f"[{numbers['kl_min']:.2e}, {numbers['kl_max']:.2e}]; run {numbers['wall_s']:.0f} s"
     )
     assert numbers["train_steps"] == STEPS
+    for step in range(1, STEPS + 1):
+        assert "actor/pg_loss" in metrics[step] and "actor/kl_loss" in metrics[step], step
+        assert {key for key in metrics[step] if "cpo/" in key} == GROUP_OUTCOME_METRICS, step
     assert numbers["val_steps"] == [0, STEPS], "validation must run before training and after the last step"
     # Healthy: the rollout's log-probs are the trainer's at every step.
     assert numbers["kl_absmax"] < ROLLOUT_KL_MAX, numbers
