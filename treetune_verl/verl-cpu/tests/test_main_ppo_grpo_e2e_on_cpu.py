@@ -82,5 +82,7 @@ def test_grpo_trains_two_steps_with_rollout_and_trainer_in_agreement(tiny_assets
 def test_too_few_ray_cpus_stop_with_the_fix_before_any_worker_starts(tiny_assets, tmp_path):
     run, log = main_ppo(tiny_assets, tmp_path, "ray_kwargs.ray_init.num_cpus=2")
     assert run.returncode != 0
-    assert "verl-cpu preflight found 1 problem" in log and "++ray_kwargs.ray_init.num_cpus=4" in log, log
+    assert "PreflightError" in log and "verl-cpu preflight found 1 problem" in log, log
+    # Checked in the running cluster: one trainer process's bundle of 3 CPUs against the CPUs the TaskRunner left free.
+    assert "Ray resource CPU=3 but" in log and "++ray_kwargs.ray_init.num_cpus=4" in log, log
     assert not (tmp_path / "metrics.jsonl").exists()
