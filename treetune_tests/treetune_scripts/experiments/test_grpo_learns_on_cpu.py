@@ -18,24 +18,30 @@ Setting: the experiments' default warm start (``build_warm_start()``), GRPO with
 set of 16 prompts (the first 16 rows of the warm start's ``train.parquet``), which are also verl's validation set: its
 greedy accuracy (``GREEDY_VAL_ACC_KEY``) at step 0 and at the last step says whether the policy learned those prompts.
 
-Measured on the 2-core box (``pytest -s`` prints the same numbers), lr 2e-4, 40 steps, verl 0.9.1, the warm start
-with head_dim 32 (for vLLM's CPU attention):
+Learning is read from two numbers: the train reward's least-squares trend over all steps (slope times the steps it
+spans: every step counts, where a first-vs-last window reads 10 of 40 noisy steps) and the greedy accuracy gain.
+Measured on the 2-core box (``pytest -s`` prints the same numbers), lr 2e-4, 40 steps, verl 0.9.1, the default warm
+start (its greedy accuracy on these 16 prompts is 0.125 in every build so far):
 
-    rollout  seed  train reward, mean of first 5 -> last 5 steps  greedy acc (16 prompts)  |rollout_corr/kl| max  run
-    hf       0     -0.769 -> -0.138 (+0.63)                        0.25 -> 0.625            1.5e-3                 105 s
-    hf       1     -0.781 -> -0.150 (+0.63)                        0.25 -> 0.5625           1.5e-3                 117 s
-    vllm     0     -0.775 -> -0.269 (+0.51)                        0.25 -> 0.4375           1.2e-3                 147 s
-    vllm     0     -0.788 -> -0.094 (+0.69) (a rerun)              0.25 -> 0.5              1.2e-3                 155 s
-    vllm     1     -0.781 -> -0.081 (+0.70)                        0.25 -> 0.5              1.2e-3                 218 s
+    rollout  seed  lr    train reward, first 5 -> last 5 steps  trend  greedy acc       |rollout_corr/kl| max  run
+    hf       0     2e-4  -0.750 -> -0.494 (+0.26)               +0.35  0.125 -> 0.375   1.8e-3                 219 s
+    hf       1     2e-4  -0.806 -> -0.406 (+0.40)               +0.41  0.125 -> 0.375   1.1e-3                 232 s
+    hf       2     2e-4  -0.750 -> -0.212 (+0.54)               +0.66  0.125 -> 0.5625  1.4e-3                 210 s
+    hf       3     2e-4  -0.756 -> -0.412 (+0.34)               +0.47  0.125 -> 0.5     1.5e-3                 201 s
+    vllm     0     2e-4  -0.756 -> -0.300 (+0.46)               +0.45  0.125 -> 0.625   1.4e-3                 238 s
+    hf       0     0     -0.819 -> -0.800 (+0.02)               +0.03  0.125 -> 0.125   1.4e-3                 212 s
 
-Two runs with the same seed are not bit-identical (the rerun of vLLM seed 0 parts from the first), hence the slack.
-Thresholds are about half of the smallest measured margin, over both rollouts: reward gain >= 0.3 (smallest 0.51),
-accuracy gain >= 2/16 (smallest 3/16). On the previous warm start (head_dim 24, the hf rollout only) 30 steps left a
-thin margin and lr 5e-4 did not learn reliably (up to 77 % of a step's responses at the 48-token limit). With vLLM,
-learning is the proof that verl's weight sync reaches the engine at every step. Health: the rollout's log-probs match
-the trainer's, ``|rollout_corr/kl| < 0.01`` at every step (about 3 before the attention-mask fix,
-verl-cpu's ``no_padding_attention_mask`` in ``verl_cpu/patches/engine.py``). GRPO with the CPO config is plain
-GRPO: no hinted pass and no shaping, only the prompt-group outcome shares every estimator logs.
+Runs are not reproducible (the warm start is rebuilt by an SFT that is not bitwise reproducible, and the ``hf``
+server batches the requests that arrive within 10 ms, so one seed samples differently from run to run): seed 0 has
+also given +0.50 and 0.125 -> 0.5625 (hf) and +0.44 and 0.125 -> 0.4375 (vLLM) on the first-vs-last windows, and a
+CI run failed the former window criterion (gain >= 0.3) with the +0.26 above. Thresholds: trend >= 0.15 (smallest
+learning run +0.35; the control with lr 0, which cannot learn, +0.03) and accuracy gain >= 2/16 (smallest 4/16;
+the control 0, its weights never change).
+
+With vLLM, learning is the proof that verl's weight sync reaches the engine at every step. Health: the rollout's
+log-probs match the trainer's, ``|rollout_corr/kl| < 0.01`` at every step (about 3 before the attention-mask fix,
+verl-cpu's ``no_padding_attention_mask`` in ``verl_cpu/patches/engine.py``). GRPO with the CPO config is plain GRPO:
+no hinted pass and no shaping, only the prompt-group outcome shares every estimator logs.
 """
 
 import statistics
@@ -60,8 +66,8 @@ LR = 2e-4
 SEED = 0
 WINDOW = 5
 RUN_TIMEOUT_S = 900
-#: About half of the smaller measured gain (see the module docstring).
-REWARD_GAIN_MIN = 0.3
+#: Below every learning run measured, above the lr-0 control (see the module docstring).
+REWARD_TREND_MIN = 0.15
 VAL_ACC_GAIN_MIN = 2 / NUM_PROMPTS
 #: Healthy bf16-trainer vs fp32-rollout mismatch is about 1e-3 nats per token; the attention-mask bug gave ~3.
 ROLLOUT_KL_MAX = 0.01
@@ -118,6 +124,7 @@ def summarize(metrics: dict[int, dict[str, float]], wall_s: float) -> dict[str, 
         "train_steps": len(train_steps),
         "reward_first": statistics.fmean(rewards[:WINDOW]),
         "reward_last": statistics.fmean(rewards[-WINDOW:]),
+        "reward_trend": statistics.linear_regression(train_steps, rewards).slope * (train_steps[-1] - train_steps[0]),
         "val_acc_start": val[0][1],
         "val_acc_end": val[-1][1],
         "val_steps": [step for step, _ in val],
@@ -150,7 +157,8 @@ def test_grpo_learns_a_fixed_prompt_set_from_the_warm_start(warm_dir, tmp_path, 
     print(
         f"\nGRPO ({rollout} rollout) seed {SEED}, lr {LR}, {STEPS} steps on {NUM_PROMPTS} prompts: "
         f"train reward first {WINDOW} {numbers['reward_first']:+.3f} -> last {WINDOW} {numbers['reward_last']:+.3f} "
-        f"(gain {numbers['reward_last'] - numbers['reward_first']:+.3f}); greedy acc "
+        f"(gain {numbers['reward_last'] - numbers['reward_first']:+.3f}, trend {numbers['reward_trend']:+.3f}); "
+        f"greedy acc "
         f"{numbers['val_acc_start']:.4f} -> {numbers['val_acc_end']:.4f}; rollout_corr/kl in "
         f"[{numbers['kl_min']:.2e}, {numbers['kl_max']:.2e}]; run {numbers['wall_s']:.0f} s"
     )
@@ -161,6 +169,6 @@ def test_grpo_learns_a_fixed_prompt_set_from_the_warm_start(warm_dir, tmp_path, 
     assert numbers["val_steps"] == [0, STEPS], "validation must run before training and after the last step"
     # Healthy: the rollout's log-probs are the trainer's at every step.
     assert numbers["kl_absmax"] < ROLLOUT_KL_MAX, numbers
-    # Learning: more reward on the training prompts, and more of them solved greedily.
-    assert numbers["reward_last"] - numbers["reward_first"] >= REWARD_GAIN_MIN, numbers
+    # Learning: the reward on the training prompts trends up, and more of them are solved greedily.
+    assert numbers["reward_trend"] >= REWARD_TREND_MIN, numbers
     assert numbers["val_acc_end"] - numbers["val_acc_start"] >= VAL_ACC_GAIN_MIN, numbers
