@@ -84,7 +84,7 @@ experiment: $(STAMP)
 	$(PY) -m treetune_scripts.experiments.cpo_vs_grpo $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS) $$(find treetune_tests $(VERL_CPU_DIR)/tests -name 'test_*_on_cpu.py' | sort)
+	$(PY) -m pytest -q $(PYTEST_ARGS) $$(find treetune_tests -name 'test_*_on_cpu.py' | sort)
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m gpu treetune_tests
