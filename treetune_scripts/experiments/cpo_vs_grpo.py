@@ -48,7 +48,6 @@ from treetune_scripts.experiments import hard_prompts, summary
 from treetune_scripts.experiments.warm_start import (
     DEFAULT_WARM_START,
     HINT_OVERRIDES,
-    QUICK_WARM_START,
     TASK_RL_OVERRIDES,
     WarmStartConfig,
     WarmStartGateError,
@@ -285,7 +284,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 3; --quick: 2)")
     parser.add_argument("--steps", type=int, default=None, help="training steps per run (default 40; --quick: 3)")
-    parser.add_argument("--quick", action="store_true", help="pipeline check: small warm start, 3 steps, 2 seeds")
+    parser.add_argument("--quick", action="store_true", help="pipeline check: 3 steps, 2 seeds, no gate")
     parser.add_argument("--output-dir", type=Path, default=None, help="default: the regime's folder")
     parser.add_argument("--resume", action="store_true", help="keep finished runs, run the rest")
     parser.add_argument("--overwrite", action="store_true", help="delete the output folder's previous results")
@@ -312,14 +311,13 @@ def main(argv: list[str] | None = None) -> int:
             raise ExperimentError(f"--steps must be >= 1, got {steps}.")
         credit_steps = tuple(sorted({step for step in (*base.credit_steps, steps) if step <= steps}))
         schedule = Schedule(steps=steps, test_freq=base.test_freq, credit_steps=credit_steps)
-        warm_config = QUICK_WARM_START if args.quick else regime.warm_start
         overrides = [*regime.overrides, *args.overrides]
         plan = {
             "regime": args.regime,
             "methods": methods,
             "seeds": seeds,
             "schedule": dataclasses.asdict(schedule),
-            "warm_start": warm_start_hash(warm_config),
+            "warm_start": warm_start_hash(regime.warm_start),
             "overrides": overrides,
         }
         plan = json.loads(json.dumps(plan))  # as read back from experiment.json (tuples become lists)
@@ -329,8 +327,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[experiment] {error}", file=sys.stderr)
         return 2
 
-    print(f"[experiment] warm start ({'quick' if args.quick else args.regime} regime) ...", flush=True)
-    warm_dir = build_warm_start(warm_config)
+    print(f"[experiment] warm start ({args.regime} regime) ...", flush=True)
+    warm_dir = build_warm_start(regime.warm_start)
     info = read_build_info(warm_dir)
     print(
         f"[experiment] warm start {warm_dir}: greedy val acc plain {info['val_acc_plain']:.3f}, "

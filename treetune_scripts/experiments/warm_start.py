@@ -32,7 +32,7 @@ SFT parameter.
 
 Usage::
 
-    python -m treetune_scripts.experiments.warm_start [--preset default|quick] [--force]
+    python -m treetune_scripts.experiments.warm_start [--force]
 """
 
 from __future__ import annotations
@@ -131,20 +131,6 @@ DEFAULT_WARM_START = WarmStartConfig(
     sft_batch_size=16,
     sft_lr=2e-3,
 )
-#: A cheap warm start for the pipeline test (``--quick``): the same task, a smaller model, few SFT steps.
-QUICK_WARM_START = WarmStartConfig(
-    assets=_chain_assets(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-    ),  # fmt: skip
-    sft_steps=30,
-    sft_batch_size=16,
-)
-PRESETS = {"default": DEFAULT_WARM_START, "quick": QUICK_WARM_START}
 
 
 class WarmStartGateError(RuntimeError):
@@ -390,11 +376,10 @@ def read_build_info(warm_start_dir: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="default")
     parser.add_argument("--cache-root", type=Path, default=None, help="default: $TREETUNE_TINY_ASSETS_CACHE or .cache/")
     parser.add_argument("--force", action="store_true", help="rebuild even if the cached warm start exists")
     args = parser.parse_args(argv)
-    path = build_warm_start(PRESETS[args.preset], args.cache_root, force=args.force)
+    path = build_warm_start(DEFAULT_WARM_START, args.cache_root, force=args.force)
     info = read_build_info(path)
     print(path)
     print(json.dumps({k: info[k] for k in ("val_acc_plain", "val_acc_hint", "sft_wall_s", "parameters")}))
