@@ -31,6 +31,7 @@ from treetune_scripts.experiments.warm_start import (
     val_acc_key,
     warm_start_hash,
 )
+from treetune_verl.tiny_run import METRICS_FILE, read_metrics
 
 
 def no_training(*args, **kwargs):
@@ -285,10 +286,16 @@ def test_summary_numbers_by_hand(tmp_path):
 # ----------------------------------------------------------------------------------------------------------------------
 
 
+#: The pipeline check validates with 2 samples a prompt instead of the experiment's 8 (a quarter of the validation
+#: time, about 2 of its 8 minutes); it also runs a user's override through every run to the results.
+QUICK_VAL_SAMPLES = 2
+QUICK_ARGS = ["--quick", f"actor_rollout_ref.rollout.val_kwargs.n={QUICK_VAL_SAMPLES}"]
+
+
 @pytest.fixture(scope="module")
 def quick_experiment(tmp_path_factory):
     out = tmp_path_factory.mktemp("experiment") / "cpo_vs_grpo"
-    assert cpo_vs_grpo.main(["--quick", "--output-dir", str(out)]) == 0
+    assert cpo_vs_grpo.main([*QUICK_ARGS, "--output-dir", str(out)]) == 0
     return out
 
 
@@ -317,11 +324,17 @@ def test_quick_experiment_writes_every_artifact_and_covers_every_run_and_step(qu
             assert 0.0 <= float(row["val_acc"]) <= 1.0
         if row["step"] != "0":
             assert float(row["step_time_s"]) > 0 and -1.0 <= float(row["train_reward"]) <= 1.0
-    # verl validates before training, every test_freq steps and at the last step; val_acc is the sampled mean@8.
+    # verl validates before training, every test_freq steps and at the last step; val_acc is the sampled mean@n of
+    # the n the override set.
     test_freq = cpo_vs_grpo.QUICK_SCHEDULE.test_freq
     validated_steps = {"0", *(str(t) for t in range(test_freq, steps + 1, test_freq)), str(steps)}
     validated = {(r["method"], r["seed"], r["step"]) for r in rows if r["val_acc"] != ""}
     assert validated == {(m, s, t) for m, s, t in expected if t in validated_steps}
+    logged = read_metrics(quick_experiment / "runs" / "grpo__seed0" / METRICS_FILE)
+    val_key = val_acc_key(QUICK_VAL_SAMPLES)
+    for row in rows:
+        if (row["method"], row["seed"]) == ("grpo", "0") and row["val_acc"] != "":
+            assert float(row["val_acc"]) == pytest.approx(logged[int(row["step"])][val_key], abs=1e-9), row
 
 
 @pytest.mark.e2e
@@ -419,7 +432,7 @@ def test_resume_keeps_finished_runs_and_reruns_only_the_unfinished(quick_experim
         return type("Run", (), {"returncode": 0, "wall_s": 1.0, "log_path": log_path})()
 
     monkeypatch.setattr(cpo_vs_grpo, "launch_cpo_on_cpu", fake_training)
-    assert cpo_vs_grpo.main(["--quick", "--resume", "--output-dir", str(out)]) == 0
+    assert cpo_vs_grpo.main([*QUICK_ARGS, "--resume", "--output-dir", str(out)]) == 0
     assert calls == ["grpo__seed1"]
     assert _csv_rows(out / "results.csv") == _csv_rows(quick_experiment / "results.csv")
     assert capsys.readouterr().out.count("finished earlier, kept") == 3
