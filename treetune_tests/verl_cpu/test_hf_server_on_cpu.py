@@ -15,7 +15,11 @@
 
 import asyncio
 import inspect
+import os
+import random
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -23,12 +27,14 @@ from omegaconf import OmegaConf
 from transformers import AutoModelForCausalLM
 from verl.workers.config import RolloutConfig
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
-from verl_cpu.hf_server import HFGenerationServer, HFServerAdapter
+from verl_cpu.hf_generation import SamplingSettings, decode_batch
+from verl_cpu.hf_server import SAMPLING_SEED, HFGenerationServer, HFServerAdapter, request_seed
 
 from treetune_scripts.make_tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 
 PROMPT_LENGTH, RESPONSE_LENGTH = 64, 12
 GREEDY = {"temperature": 0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
+SAMPLED = {**GREEDY, "temperature": 1.0}
 
 
 @pytest.fixture(scope="module")
@@ -38,12 +44,26 @@ def model_dir():
 
 
 @pytest.fixture
-def server(model_dir):
-    config = RolloutConfig(
-        name="hf", prompt_length=PROMPT_LENGTH, response_length=RESPONSE_LENGTH, tensor_model_parallel_size=1
-    )
-    model_config = OmegaConf.create({"path": str(model_dir), "override_config": {"attn_implementation": "sdpa"}})
-    return HFGenerationServer(config=config, model_config=model_config)
+def make_server(model_dir):
+    """``make_server(seed=None)``: a new server (``engine_kwargs.hf.seed=seed`` if given) on the tiny model."""
+
+    def make(seed: int | None = None) -> HFGenerationServer:
+        config = RolloutConfig(
+            name="hf",
+            prompt_length=PROMPT_LENGTH,
+            response_length=RESPONSE_LENGTH,
+            tensor_model_parallel_size=1,
+            engine_kwargs={} if seed is None else {"hf": {"seed": seed}},
+        )
+        model_config = OmegaConf.create({"path": str(model_dir), "override_config": {"attn_implementation": "sdpa"}})
+        return HFGenerationServer(config=config, model_config=model_config)
+
+    return make
+
+
+@pytest.fixture
+def server(make_server):
+    return make_server()
 
 
 def prompts_for(server, count):
@@ -90,6 +110,118 @@ def test_concurrent_greedy_requests_are_batched_and_match_one_by_one_decoding(se
                 torch.testing.assert_close(torch.tensor(output.log_probs), torch.tensor(control_log_probs))
     stats = asyncio.run(server.get_stats())
     assert stats["decoded_batches"] < len(prompts)  # concurrent requests shared a decoding batch
+
+
+async def _sample_requests(server, requests, *, concurrently: bool) -> dict[tuple[int, tuple[int, ...]], list[int]]:
+    """Send ``(priority, prompt)`` requests (sampled at temperature 1) in the given order, all at once or one by one."""
+
+    def call(index, priority, prompt):
+        return server.generate(
+            prompt_ids=prompt, sampling_params=dict(SAMPLED), request_id=str(index), priority=priority
+        )
+
+    calls = [call(index, priority, prompt) for index, (priority, prompt) in enumerate(requests)]
+    outputs = await asyncio.gather(*calls) if concurrently else [await request for request in calls]
+    return {(priority, tuple(prompt)): output.token_ids for (priority, prompt), output in zip(requests, outputs)}
+
+
+def test_sampled_tokens_depend_on_the_request_not_on_arrival_order_or_batch(make_server):
+    prompts = prompts_for(make_server(), 3)
+    # each prompt twice, under two priorities (verl 0.9.1's agent loop: one priority per sample, unique in a batch)
+    requests = [(priority, prompts[priority % 3]) for priority in range(6)]
+    shuffled = random.Random(0).sample(requests, len(requests))
+    batched_server, sequential_server = make_server(), make_server()
+    batched = asyncio.run(_sample_requests(batched_server, shuffled, concurrently=True))
+    sequential = asyncio.run(_sample_requests(sequential_server, requests[::-1], concurrently=False))
+    assert asyncio.run(batched_server.get_stats())["decoded_batches"] < len(requests)  # they shared a batch
+    assert asyncio.run(sequential_server.get_stats())["decoded_batches"] == len(requests)  # one at a time
+    assert batched == sequential
+    assert all(len(tokens) > 0 for tokens in batched.values())
+    # the same prompt under another priority is another sample
+    for priority in range(3):
+        prompt = tuple(prompts[priority])
+        assert batched[(priority, prompt)] != batched[(priority + 3, prompt)]
+    # Control: a server with another seed samples other tokens for every request.
+    other_seed = asyncio.run(_sample_requests(make_server(seed=7), shuffled, concurrently=True))
+    assert all(other_seed[key] != tokens for key, tokens in batched.items())
+
+
+def test_samples_of_one_prompt_without_priorities_are_distinct_and_reproducible(make_server):
+    """verl 0.7.1 (and 0.9.1's client for a non-vLLM server) sends no priority: the occurrence tells the n apart."""
+    (prompt,) = prompts_for(make_server(), 1)
+    requests = [(0, prompt)] * 4
+
+    async def sample(server, concurrently):
+        calls = [
+            server.generate(prompt_ids=prompt, sampling_params=dict(SAMPLED), request_id=str(index))
+            for index in range(len(requests))
+        ]
+        outputs = await asyncio.gather(*calls) if concurrently else [await request for request in calls]
+        return [output.token_ids for output in outputs]
+
+    batched = asyncio.run(sample(make_server(), concurrently=True))
+    sequential = asyncio.run(sample(make_server(), concurrently=False))
+    assert len({tuple(tokens) for tokens in batched}) == len(requests)  # n distinct draws
+    assert batched == sequential  # here they arrive in the same order, so each gets the same draw
+
+
+def test_a_request_samples_with_the_seed_of_its_key_and_the_counts_restart_with_each_weight_version(server):
+    (prompt,) = prompts_for(server, 1)
+
+    async def sample(priority=0):
+        output = await server.generate(
+            prompt_ids=prompt, sampling_params=dict(SAMPLED), request_id="x", priority=priority
+        )
+        return output.token_ids
+
+    def expected(global_steps, priority, occurrence):
+        seed = request_seed(SAMPLING_SEED, 0, global_steps, priority, prompt, occurrence)
+        (generation,) = decode_batch(
+            server.model,
+            [prompt],
+            [RESPONSE_LENGTH],
+            SamplingSettings(temperature=1.0),
+            eos_token_ids=server.eos_token_ids,
+            pad_token_id=server.pad_token_id,
+            vocab_size=tokenizer_ids(server),
+            generators=[torch.Generator().manual_seed(seed)],
+        )
+        return generation.token_ids
+
+    assert asyncio.run(sample()) == expected(None, 0, 0)
+    assert asyncio.run(sample()) == expected(None, 0, 1)  # the same request again: its second occurrence
+    assert asyncio.run(sample(priority=9)) == expected(None, 9, 0)
+    asyncio.run(server.set_global_steps(3))
+    at_step_3 = asyncio.run(sample())
+    assert at_step_3 == expected(3, 0, 0)
+    assert asyncio.run(sample()) == expected(3, 0, 1)
+    asyncio.run(server.set_global_steps(4))
+    assert asyncio.run(sample()) == expected(4, 0, 0)
+    asyncio.run(server.set_global_steps(3))
+    assert asyncio.run(sample()) == at_step_3  # the counts restarted when the step changed
+    # Control: the keys above are distinct draws.
+    assert len({tuple(expected(*key)) for key in [(None, 0, 0), (None, 0, 1), (None, 9, 0), (3, 0, 0)]}) == 4
+
+
+def test_request_seed_is_a_stable_63_bit_hash_of_every_part_of_the_key():
+    base = request_seed(1234, 0, None, 0, [1, 2, 3], 0)
+    assert base == request_seed(1234, 0, -1, 0, [1, 2, 3], 0)  # global_steps None is -1
+    # The same in another process with another hash salt (Python's hash() would differ).
+    code = "from verl_cpu.hf_server import request_seed; print(request_seed(1234, 0, None, 0, [1, 2, 3], 0))"
+    env = {**os.environ, "PYTHONHASHSEED": "123"}
+    other_process = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert int(other_process.stdout.split()[-1]) == base
+    variants = [
+        request_seed(1235, 0, None, 0, [1, 2, 3], 0),
+        request_seed(1234, 1, None, 0, [1, 2, 3], 0),
+        request_seed(1234, 0, 0, 0, [1, 2, 3], 0),
+        request_seed(1234, 0, None, 1, [1, 2, 3], 0),
+        request_seed(1234, 0, None, 0, [1, 2, 4], 0),
+        request_seed(1234, 0, None, 0, [1, 2, 3, 0], 0),
+        request_seed(1234, 0, None, 0, [1, 2, 3], 1),
+    ]
+    assert len({base, *variants}) == len(variants) + 1
+    assert all(0 <= seed < 2**63 for seed in [base, *variants])
 
 
 def test_log_probs_only_when_asked_and_max_tokens_rule(server):

@@ -25,7 +25,11 @@ This is the engine of the ``hf`` rollout server. It follows the sampling semanti
 - a row stops after its first end-of-sequence token (which is kept in its output) or after its own ``max_tokens``.
 
 Prompts of different lengths are left-padded into one batch; each row gets its own position ids, so padding does
-not change what a row generates.
+not change what a row generates. Each row samples from its own ``torch.Generator`` (one per row, given by the
+caller), so the draws of a row do not depend on which other rows share its batch, in what order, or when they finish:
+a prompt decoded with its generator seeded ``s`` gives the same tokens alone or in any batch, up to the rare flip of a
+draw that falls within float rounding of a boundary of the row's distribution (its logits can differ in the last bits
+with the padded width and batch size of the CPU kernels).
 """
 
 from __future__ import annotations
@@ -156,24 +160,38 @@ def process_logits(logits: torch.Tensor, settings: SamplingSettings, seen_tokens
 
 
 def choose_next_tokens(
-    scores: torch.Tensor, settings: SamplingSettings, generator: torch.Generator | None = None
+    scores: torch.Tensor, settings: SamplingSettings, generators: list[torch.Generator] | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick the next token of every row and its log-prob under ``scores``.
+
+    Sampling draws row ``i``'s token with ``generators[i]`` only (one ``torch.multinomial`` call per row), so a row's
+    token depends on its own scores and generator state, never on the other rows. Greedy decoding draws nothing.
 
     Args:
         scores: (batch, vocab) processed logits from :func:`process_logits`.
         settings: sampling settings of the batch.
-        generator: optional torch RNG for sampling.
+        generators: one torch RNG per row (``batch`` of them, on the device of ``scores``), each used for one
+            draw; None samples every row from torch's default RNG.
 
     Returns:
         tokens: (batch,) int64 chosen token ids.
         log_probs: (batch,) float32 ``log_softmax(scores)`` at the chosen tokens.
+
+    Raises:
+        ValueError: if ``generators`` does not hold one generator per row.
     """
+    batch = scores.shape[0]
+    if generators is not None and len(generators) != batch:
+        raise ValueError(f"{batch} rows but {len(generators)} generators; pass one generator per row.")
     log_probs = torch.log_softmax(scores, dim=-1)
     if settings.greedy:
         tokens = scores.argmax(dim=-1)
     else:
-        tokens = torch.multinomial(log_probs.exp(), num_samples=1, generator=generator).squeeze(-1)
+        probs = log_probs.exp()
+        row_generators = generators if generators is not None else [None] * batch
+        tokens = torch.zeros(batch, dtype=torch.long, device=scores.device)
+        for row, generator in enumerate(row_generators):
+            tokens[row] = torch.multinomial(probs[row], num_samples=1, generator=generator)[0]
     return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
@@ -196,7 +214,7 @@ def decode_batch(
     eos_token_ids: list[int],
     pad_token_id: int,
     vocab_size: int | None = None,
-    generator: torch.Generator | None = None,
+    generators: list[torch.Generator] | None = None,
 ) -> list[Generation]:
     """Generate continuations for a batch of prompts with a KV cache.
 
@@ -209,13 +227,21 @@ def decode_batch(
         eos_token_ids: tokens that end a row (kept in its output).
         pad_token_id: id used for left padding and for rows that already finished.
         vocab_size: sample among ids below it only (the tokenizer's length); default: every row of the output layer.
-        generator: optional torch RNG for sampling.
+        generators: one torch RNG per prompt (on the model's device); row ``i`` samples with ``generators[i]`` only,
+            one draw per decoding step until every row has finished (a finished row still draws from its own
+            generator, and the token is discarded), so what a row generates does not depend on the other rows.
+            None samples from torch's default RNG. Unused by greedy decoding.
 
     Returns:
         One :class:`Generation` per prompt, in order.
+
+    Raises:
+        ValueError: on mismatched lengths of ``prompts``, ``max_new_tokens`` and ``generators``, or an empty prompt.
     """
     if len(prompts) != len(max_new_tokens):
         raise ValueError(f"{len(prompts)} prompts but {len(max_new_tokens)} max_new_tokens values.")
+    if generators is not None and len(generators) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(generators)} generators; pass one generator per prompt.")
     if any(len(prompt) == 0 for prompt in prompts):
         raise ValueError("Every prompt needs at least one token.")
     device = next(model.parameters()).device
@@ -260,7 +286,7 @@ def decode_batch(
         past = output.past_key_values
         logits = output.logits[:, -1, :vocab].float()
         scores = process_logits(logits, settings, seen)
-        next_tokens, next_log_probs = choose_next_tokens(scores, settings, generator)
+        next_tokens, next_log_probs = choose_next_tokens(scores, settings, generators)
         next_tokens = torch.where(finished, torch.full_like(next_tokens, pad_token_id), next_tokens)
         active = ~finished
         tokens_out[:, step] = next_tokens

@@ -18,9 +18,10 @@ Three pieces, each the counterpart of one piece of verl's vLLM rollout:
 - :class:`HFGenerationServer` (a Ray actor, like ``vLLMHttpServer``): owns an fp32 copy of the policy and answers
   ``generate(prompt_ids, sampling_params, request_id, ...) -> TokenOutput``, the token-in/token-out contract the
   agent loop uses. Concurrent requests are gathered for a short window, grouped by sampling settings, left-padded
-  and decoded together on a thread (:mod:`verl_cpu.hf_generation`), so the event loop keeps
-  accepting requests. It also implements the lifecycle calls verl makes on a server (sleep, wake_up, abort,
-  resume, clear_kv_cache, profiling, ...), as no-ops where nothing needs freeing on CPU.
+  and decoded together on a thread (:mod:`verl_cpu.hf_generation`), so the event loop keeps accepting requests. Each
+  request samples from its own RNG, seeded from the request alone (:func:`request_seed`), so its tokens do not
+  depend on the requests it is batched with. It also implements the lifecycle calls verl makes on a server (sleep,
+  wake_up, abort, resume, clear_kv_cache, profiling, ...), as no-ops where nothing needs freeing on CPU.
 - :class:`HFReplica` (a ``RolloutReplica``, like ``vLLMReplica``): started by ``AgentLoopManager``; launches one
   named server per replica next to its trainer worker (hybrid mode).
 - :class:`HFServerAdapter` (a ``BaseRollout``, like vLLM's ``ServerAdapter``): lives in the trainer worker;
@@ -32,6 +33,8 @@ Both registries are filled by :func:`verl_cpu.registrations.register_hf_rollout`
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import os
 from collections import defaultdict
@@ -55,8 +58,8 @@ BATCH_WINDOW_S = 0.01
 #: Environment variable setting the server's torch thread count. Unset: torch's default in a Ray actor (Ray sets
 #: OMP_NUM_THREADS=1), which is fastest for tiny models on few cores; raise it for larger models.
 THREADS_ENV = "VERL_CPU_HF_SERVER_THREADS"
-#: Seed of the server's sampling RNG (plus the replica rank), so that a run's rollouts are reproducible; a run sets
-#: another one with ``++actor_rollout_ref.rollout.engine_kwargs.hf.seed=<int>``.
+#: Seed of the server's sampling, mixed into every request's own RNG seed (:func:`request_seed`), so that a run's
+#: rollouts are reproducible; a run sets another one with ``++actor_rollout_ref.rollout.engine_kwargs.hf.seed=<int>``.
 SAMPLING_SEED = 1234
 
 
@@ -65,6 +68,39 @@ def sampling_seed(rollout_config) -> int:
     hf_kwargs = (getattr(rollout_config, "engine_kwargs", None) or {}).get("hf") or {}
     seed = hf_kwargs.get("seed")
     return SAMPLING_SEED if seed is None else int(seed)
+
+
+def request_seed(
+    server_seed: int,
+    replica_rank: int,
+    global_steps: int | None,
+    priority: int,
+    prompt_ids: list[int],
+    occurrence: int,
+) -> int:
+    """Seed of one request's sampling RNG: a 63-bit hash of everything that identifies the request.
+
+    The key is hashed with BLAKE2b over a canonical JSON encoding (stable across processes and machines, unlike
+    Python's salted ``hash()``), so a request's sampled tokens depend on the request only, not on its arrival time or
+    on the requests it shares a decoding batch with.
+
+    Args:
+        server_seed: the server's sampling seed (:func:`sampling_seed`).
+        replica_rank: the server's replica (occurrences are counted per server: with several replicas, the samples
+            of one prompt that land on different servers must still draw differently).
+        global_steps: trainer step of the server's weights (None: never set).
+        priority: the caller's per-sample id (see :meth:`HFGenerationServer.generate`).
+        prompt_ids: prompt token ids.
+        occurrence: number of earlier requests with the same ``(global_steps, priority, prompt_ids)`` on this server.
+
+    Returns:
+        An int in ``[0, 2**63)``.
+    """
+    steps = -1 if global_steps is None else int(global_steps)
+    key = [int(server_seed), int(replica_rank), steps, int(priority), int(occurrence)]
+    payload = json.dumps([key, [int(token) for token in prompt_ids]], separators=(",", ":")).encode()
+    digest = hashlib.blake2b(payload, digest_size=8, person=b"verl_cpu.hf").digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
 
 
 def server_actor_name(replica_rank: int, is_reward_model: bool = False) -> str:
@@ -77,6 +113,7 @@ class _Request:
     prompt_ids: list[int]
     max_tokens: int
     settings: SamplingSettings
+    generator: torch.Generator = field(repr=False)
     future: asyncio.Future = field(repr=False)
 
 
@@ -86,7 +123,9 @@ class HFGenerationServer:
     Args:
         config: rollout config (``RolloutConfig`` or its DictConfig).
         model_config: model config (``HFModelConfig`` or the DictConfig ``actor_rollout_ref.model``).
-        replica_rank: rank of the replica this server belongs to.
+        replica_rank: rank of the replica this server belongs to, part of every request's seed. With one replica
+            (the CPU default) a run's draws are reproducible; with several, which replica serves a request follows
+            verl's load balancer, and so do its draws.
         batch_window_s: how long to wait for more requests before decoding a batch.
     """
 
@@ -118,7 +157,10 @@ class HFGenerationServer:
         self._pending: list[_Request] = []
         self._batcher: asyncio.Task | None = None
         self._model_lock = asyncio.Lock()
-        self._generator = torch.Generator().manual_seed(sampling_seed(self.config) + replica_rank)
+        self._sampling_seed = sampling_seed(self.config)
+        # occurrences of each (priority, prompt) since global_steps last changed (key: hash of the two)
+        self._occurrences: dict[bytes, int] = {}
+        self._occurrences_steps: int | None = None
 
     def _resolve_max_model_len(self) -> int:
         positions = getattr(self.model.config, "max_position_embeddings", None)
@@ -169,7 +211,14 @@ class HFGenerationServer:
                 ``max_tokens``/``max_new_tokens``.
             request_id: caller's id (unused: requests are independent).
             image_data, video_data: not supported (text-only server).
-            priority: ignored.
+            priority: the caller's id of the sample; it does not order requests. It is part of the key of the
+                request's sampling RNG (:func:`request_seed`) with the server's seed, ``global_steps``, the prompt ids
+                and the occurrence (the number of earlier requests with the same priority and prompt since
+                ``global_steps`` last changed). Equal keys give equal tokens, whatever batch the request is decoded
+                in, so a rerun with the same seed samples the same. verl 0.9.1's agent loop computes a batch-unique
+                priority per sample (its row) but its ``LLMServerClient`` forwards it to vLLM servers only, and
+                verl 0.7.1 has none: the server then gets 0, and the occurrence tells apart the samples of a
+                prompt (which of them gets which draw follows their arrival order).
 
         Returns:
             ``TokenOutput`` with the generated ids (eos kept), their log-probs if asked, ``stop_reason="completed"``
@@ -188,9 +237,10 @@ class HFGenerationServer:
             response_length=self.config.response_length,
         )
         settings = SamplingSettings.from_params(params)
+        generator = torch.Generator().manual_seed(self._request_seed(int(priority), prompt_ids))
 
         future = asyncio.get_running_loop().create_future()
-        self._pending.append(_Request(prompt_ids, max_tokens, settings, future))
+        self._pending.append(_Request(prompt_ids, max_tokens, settings, generator, future))
         if self._batcher is None or self._batcher.done():
             self._batcher = asyncio.create_task(self._run_batches())
         generation: Generation = await future
@@ -200,6 +250,19 @@ class HFGenerationServer:
             stop_reason="completed",
             extra_fields={"global_steps": self.global_steps},
         )
+
+    def _request_seed(self, priority: int, prompt_ids: list[int]) -> int:
+        """Seed of a new request's RNG; counts the request among those with its ``(global_steps, priority, prompt)``.
+
+        The counts restart whenever ``global_steps`` changes, so they hold one step's requests at most.
+        """
+        if self.global_steps != self._occurrences_steps:
+            self._occurrences.clear()
+            self._occurrences_steps = self.global_steps
+        identity = hashlib.blake2b(json.dumps([priority, prompt_ids], separators=(",", ":")).encode()).digest()
+        occurrence = self._occurrences.get(identity, 0)
+        self._occurrences[identity] = occurrence + 1
+        return request_seed(self._sampling_seed, self.replica_rank, self.global_steps, priority, prompt_ids, occurrence)
 
     async def _run_batches(self) -> None:
         """Drain pending requests: wait a short window, then decode them grouped by sampling settings."""
@@ -221,7 +284,7 @@ class HFGenerationServer:
                             eos_token_ids=self.eos_token_ids,
                             pad_token_id=self.pad_token_id,
                             vocab_size=len(self.model_config.tokenizer),
-                            generator=self._generator,
+                            generators=[request.generator for request in group],
                         )
                         self.decoded_batches += 1
                     except Exception as error:  # surface to every caller of the batch
