@@ -104,15 +104,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def demo_start() -> Path:
     """The warm start the demo trains from (built on first use, then cached)."""
-    from treetune_scripts.experiments.warm_start import DEFAULT_WARM_START, build_warm_start, read_build_info
-
-    print("[demo] warm start (built once, then cached) ...", flush=True)
-    warm_dir = build_warm_start(DEFAULT_WARM_START)
-    info = read_build_info(warm_dir)
-    print(
-        f"[demo] warm start {warm_dir}: greedy val acc {info['val_acc_plain']:.3f} plain, "
-        f"{info['val_acc_hint']:.3f} hinted"
+    from treetune_scripts.experiments.warm_start import (
+        DEFAULT_WARM_START,
+        build_warm_start,
+        describe_warm_start,
+        read_build_info,
     )
+
+    print(
+        "[demo] warm start (the shipped model, hash-checked; its folder is assembled once, then cached) ...", flush=True
+    )
+    warm_dir = build_warm_start(DEFAULT_WARM_START)
+    print(f"[demo] {describe_warm_start(read_build_info(warm_dir))}")
     return warm_dir
 
 

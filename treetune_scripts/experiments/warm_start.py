@@ -30,9 +30,17 @@ prompt groups.
 Cached like the tiny assets: ``<cache_root>/warm_start/<content hash>/``, the hash covering the assets' hash and every
 SFT parameter.
 
+**The shipped warm start.** verl's SFT on CPU is not bitwise reproducible across machines (instruction sets change
+float results, and at this scale the difference shows in the accuracy), so the model of :data:`DEFAULT_WARM_START`
+ships with the project: ``treetune_scripts/experiments/shipped_warm_start/`` holds its ``model/`` files (weights,
+config, tokenizer; about 1.7 MB), each checked against :data:`SHIPPED_SHA256` whenever a run takes it. The demo, the
+experiments and the tests that train from the default warm start all use it; only the task's data is generated
+(Python's seeded ``random``, the same on every machine). ``--rebuild`` runs the SFT recipe instead (into the
+cache; the shipped files stay), ``--ship`` copies a rebuilt model over the shipped files and prints the new hashes.
+
 Usage::
 
-    python -m treetune_scripts.experiments.warm_start [--force]
+    python -m treetune_scripts.experiments.warm_start [--force] [--rebuild [--ship]]
 """
 
 from __future__ import annotations
@@ -115,9 +123,9 @@ def _chain_assets(**settings) -> TinyAssetsConfig:
 
 #: The experiments' warm start (~0.39M parameters; sized for SFT + 15 RL runs a regime on a 2-core CPU): the hard
 #: regime trains it on the prompts it fails (``hard_prompts.py``). verl's SFT on CPU is not bitwise reproducible from
-#: build to build, and at this scale the difference shows: two builds of this config measured greedy validation
-#: accuracy 0.125 and 0.203 on plain prompts (0.609 and 0.859 with the hint). Each experiment gates the build it uses
-#: and records its numbers in its summary.
+#: build to build, and at this scale the difference shows: builds of this config measured greedy validation accuracy
+#: 0.125, 0.203 and 0.234 on plain prompts (0.609, 0.859 and 0.656 with the hint). The last one ships with the
+#: project (``SHIPPED_DIR``) and is what every run of this config trains from.
 DEFAULT_WARM_START = WarmStartConfig(
     assets=_chain_assets(
         hidden_size=96,
@@ -133,8 +141,40 @@ DEFAULT_WARM_START = WarmStartConfig(
 )
 
 
+#: The shipped model of :data:`DEFAULT_WARM_START` (see the module docstring) and the SHA-256 of each of its files.
+SHIPPED_DIR = Path(__file__).with_name("shipped_warm_start")
+SHIPPED_SHA256 = {
+    "chat_template.jinja": "beff35873e3b2b09dd050492a71a6b45840059dc590bb29c0887513a627ab6da",
+    "config.json": "4b225dc1934385701fd05604b6712237cb701c0b720f1230090034a701096e45",
+    "generation_config.json": "a05bd3c3d5ccffc76bb9b161bd83cd573b9c83c70541a41d0f0c0b00ac1be1a9",
+    "model.safetensors": "2445a529638f5531198c79a8b6767b8725dfa4c53736482c72a1dba6ba4a8584",
+    "tokenizer.json": "5ad13b6a33b52ebb0cbd4e4ca3b40237f8e4ec46e3288400f06f96c6bcd5f10f",
+    "tokenizer_config.json": "af17440edab862e0bf473a00c7a01e893ccbd861e1c40a154fd991af341798b7",
+}
+
+
 class WarmStartGateError(RuntimeError):
     """The warm start's greedy accuracy would not give RL mixed prompt groups."""
+
+
+class WarmStartIntegrityError(RuntimeError):
+    """A shipped warm-start file is missing or its content is not the one the project ships."""
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def check_shipped_files(model_dir: Path) -> None:
+    """Raise :class:`WarmStartIntegrityError` unless ``model_dir`` holds every shipped file with its recorded hash."""
+    for name, expected in SHIPPED_SHA256.items():
+        path = Path(model_dir) / name
+        actual = file_sha256(path) if path.is_file() else "missing"
+        if actual != expected:
+            raise WarmStartIntegrityError(
+                f"{path}: sha256 {actual}, but the shipped warm start's {name} is {expected}. Restore "
+                f"{SHIPPED_DIR / name} from the repository (git checkout) and delete {Path(model_dir).parent}."
+            )
 
 
 def warm_start_hash(config: WarmStartConfig) -> str:
@@ -308,21 +348,57 @@ def check_mixed_groups(info: dict, acc_range: tuple[float, float] = MIXED_GROUPS
 
 
 def build_warm_start(
-    config: WarmStartConfig = DEFAULT_WARM_START, cache_root: Path | str | None = None, *, force: bool = False
+    config: WarmStartConfig = DEFAULT_WARM_START,
+    cache_root: Path | str | None = None,
+    *,
+    force: bool = False,
+    rebuild: bool = False,
 ) -> Path:
-    """Build (or find in the cache) a warm start and return its folder.
+    """The warm start of ``config``: the shipped model for :data:`DEFAULT_WARM_START` (hash-checked at every call),
+    otherwise (or with ``rebuild``) an SFT build, found in the cache or made.
 
     Returns:
-        ``<cache_root>/warm_start/<hash>/`` with ``model/`` (float32 HF model, tokenizer, generation config),
-        ``data/`` (the task's train/val/test parquet files, copied from the assets), ``build_info.json`` (config,
-        accuracies, SFT wall time) and ``sft.log``.
+        ``<cache_root>/warm_start/<hash>/`` (SFT build) or ``<cache_root>/warm_start/<hash>-shipped/`` with
+        ``model/`` (float32 HF model, tokenizer, generation config), ``data/`` (the task's train/val/test parquet
+        files, copied from the assets), ``build_info.json`` (config, source, accuracies measured on this machine;
+        SFT wall time for a build) and, for a build, ``sft.log``.
     """
     cache_root = Path(cache_root) if cache_root is not None else default_cache_root()
-    final_dir = cache_root / "warm_start" / warm_start_hash(config)
-    if final_dir.is_dir() and not force:
-        return final_dir
-    assets_dir = build_tiny_assets(cache_root, config=config.assets)
-    return build_cached(final_dir, functools.partial(_write_warm_start, config, assets_dir), force=force)
+    shipped = config == DEFAULT_WARM_START and not rebuild
+    final_dir = cache_root / "warm_start" / (warm_start_hash(config) + ("-shipped" if shipped else ""))
+    if not (final_dir.is_dir() and not force):
+        assets_dir = build_tiny_assets(cache_root, config=config.assets)
+        write = _write_shipped_warm_start if shipped else _write_warm_start
+        build_cached(final_dir, functools.partial(write, config, assets_dir), force=force)
+    if shipped:
+        check_shipped_files(final_dir / "model")
+    return final_dir
+
+
+def _write_shipped_warm_start(config: WarmStartConfig, assets_dir: Path, out_dir: Path) -> None:
+    """Copy the shipped model (hash-checked) and the assets' data into ``out_dir`` and measure its accuracy here."""
+    check_shipped_files(SHIPPED_DIR)
+    shutil.copytree(SHIPPED_DIR, out_dir / "model", ignore=shutil.ignore_patterns("*.md"))
+    shutil.copytree(assets_dir / "data", out_dir / "data")
+    _write_build_info(config, out_dir, source=f"shipped ({SHIPPED_DIR.name}/, sha256 checked)")
+
+
+def _write_build_info(config: WarmStartConfig, out_dir: Path, **fields) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    weights = load_file(out_dir / "model" / "model.safetensors")
+    info = {
+        "builder": WARM_START_VERSION,
+        "trainer": "verl.trainer.sft_trainer (CPU backend, torch.distributed.run, 1 process)",
+        "config": dataclasses.asdict(config),
+        "parameters": sum(t.numel() for name, t in weights.items() if name != "lm_head.weight"),
+        "weights_sha256": file_sha256(out_dir / "model" / "model.safetensors"),
+        "torch": torch.__version__,
+        **fields,
+        **measure_accuracy(out_dir / "model", out_dir / "data" / "val.parquet", config.eval_max_new_tokens),
+    }
+    (out_dir / "build_info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
 
 
 def _write_warm_start(config: WarmStartConfig, assets_dir: Path, out_dir: Path) -> None:
@@ -341,15 +417,7 @@ def _write_warm_start(config: WarmStartConfig, assets_dir: Path, out_dir: Path) 
     for leftover in ("checkpoints", "hydra", "sft_train.parquet", "sft_val.parquet"):
         target = out_dir / leftover
         shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
-    info = {
-        "builder": WARM_START_VERSION,
-        "trainer": "verl.trainer.sft_trainer (CPU backend, torch.distributed.run, 1 process)",
-        "config": dataclasses.asdict(config),
-        "sft_wall_s": round(sft_wall_s, 1),
-        "parameters": sum(p.numel() for p in model.parameters()),
-        **measure_accuracy(out_dir / "model", out_dir / "data" / "val.parquet", config.eval_max_new_tokens),
-    }
-    (out_dir / "build_info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    _write_build_info(config, out_dir, source="SFT build on this machine", sft_wall_s=round(sft_wall_s, 1))
 
 
 def write_first_prompts(warm_start_dir: Path, path: Path, count: int) -> Path:
@@ -368,6 +436,15 @@ def write_first_prompts(warm_start_dir: Path, path: Path, count: int) -> Path:
     return path
 
 
+def describe_warm_start(info: dict) -> str:
+    """One line naming the warm start a run trains from: source, weights hash, accuracies measured here, folder."""
+    sha = info.get("weights_sha256", "?")[:16]
+    return (
+        f"warm start: {info.get('source', 'SFT build')}, weights sha256 {sha}…, {info['parameters']} parameters; "
+        f"greedy val acc {info['val_acc_plain']:.3f} plain, {info['val_acc_hint']:.3f} with the hint; {info['path']}"
+    )
+
+
 def read_build_info(warm_start_dir: Path) -> dict:
     info = json.loads((Path(warm_start_dir) / "build_info.json").read_text())
     info["path"] = str(warm_start_dir)
@@ -377,12 +454,22 @@ def read_build_info(warm_start_dir: Path) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache-root", type=Path, default=None, help="default: $TREETUNE_TINY_ASSETS_CACHE or .cache/")
-    parser.add_argument("--force", action="store_true", help="rebuild even if the cached warm start exists")
+    parser.add_argument("--force", action="store_true", help="remake the cached folder even if it exists")
+    parser.add_argument("--rebuild", action="store_true", help="run the SFT recipe instead of taking the shipped model")
+    parser.add_argument("--ship", action="store_true", help="with --rebuild: copy the build over the shipped files")
     args = parser.parse_args(argv)
-    path = build_warm_start(DEFAULT_WARM_START, args.cache_root, force=args.force)
+    if args.ship and not args.rebuild:
+        parser.error("--ship needs --rebuild")
+    path = build_warm_start(DEFAULT_WARM_START, args.cache_root, force=args.force, rebuild=args.rebuild)
     info = read_build_info(path)
     print(path)
-    print(json.dumps({k: info[k] for k in ("val_acc_plain", "val_acc_hint", "sft_wall_s", "parameters")}))
+    print(json.dumps({k: info.get(k) for k in ("source", "val_acc_plain", "val_acc_hint", "sft_wall_s", "parameters")}))
+    if args.ship:
+        SHIPPED_DIR.mkdir(exist_ok=True)
+        for file in sorted((path / "model").iterdir()):
+            shutil.copy2(file, SHIPPED_DIR / file.name)
+        hashes = {file.name: file_sha256(file) for file in sorted(SHIPPED_DIR.iterdir()) if file.suffix != ".md"}
+        print(f"copied to {SHIPPED_DIR}; set SHIPPED_SHA256 in {__file__} to:\n{json.dumps(hashes, indent=4)}")
 
 
 if __name__ == "__main__":
