@@ -29,6 +29,19 @@ from omegaconf import DictConfig, OmegaConf
 from treetune_recipe.cpo.cpo_advantage_wrappers import CPO_WRAPPERS
 from treetune_recipe.cpo.cpo_core_algos import DIFFICULTY_MODES, LOSS_POSITIONS
 
+#: Teachers of the hinted pass, i.e. whose log-probs of the response under the hint prompt ``gw_log_probs`` are:
+#: ``policy``: the rollout policy, scored by the actor (moves with the student every step; CPO's own reference);
+#: ``initial``: the model the run started from, held fixed (verl's reference-policy worker, or the actor without its
+#: LoRA adapter when the reference lives in the actor); ``refreshed``: the reference worker, overwritten with the
+#: actor's weights after every ``teacher_refresh_steps`` steps.
+TEACHERS = ("policy", "initial", "refreshed")
+#: The teacher each published peer runs with in its authors' code (``cpo.teacher: null``); every other wrapper: policy.
+#: RLSD (``iie-ycx/RLSD``): a frozen reference refreshed from the actor every 20 steps. OPSD (``siyan-zhao/OPSD``): the
+#: fixed initial policy, the setting its README recommends.
+PUBLISHED_TEACHERS = {"rlsd": "refreshed", "opsd_token": "initial"}
+#: Teachers scored by verl's reference-policy worker (it must exist: ``actor_rollout_ref.actor.use_kl_loss=true``).
+REFERENCE_TEACHERS = ("initial", "refreshed")
+
 
 @dataclass
 class CPOConfig:
@@ -73,6 +86,27 @@ class CPOConfig:
         default=0.2,
         metadata={"help": "ε of rlsd, in [0, 1): the token weight exp(sign(A)·δ) is clipped to [1-ε, 1+ε]."},
     )
+    rlsd_lambda_decay_steps: int = field(
+        default=60,
+        metadata={
+            "help": "rlsd's λ falls linearly from rlsd_lambda at step 0 to 0 at this step (λ_t = λ·max(0, 1 - t/D), "
+            "as RLSD's official trainer); 0 keeps λ constant."
+        },
+    )
+    teacher: str | None = field(
+        default=None,
+        metadata={
+            "help": f"Whose log-probs the hinted pass reads (gw_log_probs): one of {', '.join(TEACHERS)}; null = the "
+            "method's published setting (PUBLISHED_TEACHERS; policy for the CPO wrappers)."
+        },
+    )
+    teacher_refresh_steps: int = field(
+        default=20,
+        metadata={
+            "help": "teacher=refreshed: the reference weights are overwritten with the actor's after every this many "
+            "steps (RLSD's official interval)."
+        },
+    )
     success_value: float = field(
         default=1.0,
         metadata={"help": "Sequence reward of a correct response (difficulty mask and correct/wrong metrics)."},
@@ -104,12 +138,35 @@ class CPOConfig:
             raise ValueError(
                 f"cpo.rlsd_clip must lie in [0, 1) (weights in [1-ε, 1+ε] stay positive), got {self.rlsd_clip}."
             )
+        if self.teacher is not None:
+            _check_choice("teacher", self.teacher, TEACHERS)
+        for name, low in (("rlsd_lambda_decay_steps", 0), ("teacher_refresh_steps", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"cpo.{name} must be an integer >= {low}, got {value!r}.")
         if not isinstance(self.hint, Mapping):
             raise ValueError(f"cpo.hint must be a mapping, got {type(self.hint).__name__}.")
         self.hint = dict(self.hint)
         if not isinstance(self.credit_dump, Mapping):
             raise ValueError(f"cpo.credit_dump must be a mapping, got {type(self.credit_dump).__name__}.")
         self.credit_dump = dict(self.credit_dump)
+
+    @property
+    def resolved_teacher(self) -> str:
+        """``teacher``, or the wrapper's published teacher when it is null (``PUBLISHED_TEACHERS``, else policy)."""
+        return self.teacher or PUBLISHED_TEACHERS.get(self.wrap_method, "policy")
+
+    def rlsd_lambda_at(self, step: int) -> float:
+        """λ of ``rlsd`` at trainer step ``step`` (1-based): λ_t = λ·max(0, 1 - t/D), D = ``rlsd_lambda_decay_steps``;
+        D = 0: λ_t = λ. RLSD's official trainer decays it the same way (no warm-up)."""
+        if self.rlsd_lambda_decay_steps == 0:
+            return self.rlsd_lambda
+        return self.rlsd_lambda * max(0.0, 1.0 - step / self.rlsd_lambda_decay_steps)
+
+    def teacher_refresh_due(self, step: int) -> bool:
+        """Whether a ``refreshed`` teacher takes the actor's weights before step ``step`` (1-based) reads it: after
+        every ``teacher_refresh_steps``-th update, i.e. at steps N+1, 2N+1, ..."""
+        return step > 1 and (step - 1) % self.teacher_refresh_steps == 0
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None) -> "CPOConfig":
@@ -129,6 +186,17 @@ class CPOConfig:
         if unknown:
             raise ValueError(f"Unknown cpo config key(s) {unknown}. Valid keys: {', '.join(valid)}.")
         return cls(**config)
+
+
+def describe_teacher(config: CPOConfig) -> str:
+    """One line for the start-up log: where the resolved teacher comes from and what scores it."""
+    source = "cpo.teacher" if config.teacher else f"published setting of {config.wrap_method}"
+    scorer = {
+        "policy": "the actor, with the rollout policy's weights",
+        "initial": "the reference worker, the starting model held fixed",
+        "refreshed": f"the reference worker, given the actor's weights every {config.teacher_refresh_steps} steps",
+    }[config.resolved_teacher]
+    return f"{source}; scored by {scorer}"
 
 
 def _check_choice(name: str, value: str, valid) -> None:

@@ -560,11 +560,14 @@ def rlsd(x: CPOTerms, cfg) -> torch.Tensor:
     RLSD, "Self-Distilled RLVR" (Yang et al., arXiv 2604.03128, Eq. 13-15): the verifier's advantage sets the
     direction, the teacher/student log-ratio its size per token. A = 0 gives Â = 0 (an all-wrong group of ±1 rewards
     still gets nothing); with λ = 0, Â = A. Follows the official code (``iie-ycx/RLSD``,
-    ``verl/workers/actor/dp_opsd_actor.py``, ``_build_stgca_advantages``: weight, clip and mix as above). One
-    difference: the student term is the rollout policy's ``old_log_probs``, as SDPG's re-implementation
-    (``lauyikfung/SDPG``, ``core_algos.py``) takes it, where the official code detaches the current policy's
-    log-probs in each update micro-batch (the same values in a step's first mini-batch); the teacher term is the
-    hinted pass of the rollout policy, computed once per step.
+    ``verl/workers/actor/dp_opsd_actor.py``, ``_build_stgca_advantages``: weight, clip and mix as above), run as its
+    training script runs it: the trainer passes the step's λ, falling linearly to 0 over
+    ``cpo.rlsd_lambda_decay_steps`` = 60 steps (``CPOConfig.rlsd_lambda_at``), and the published teacher
+    (``cpo.teacher: null``) is the reference model refreshed from the actor after every 20 updates; the experiment's
+    RLSD rows also clip the ratio at 0.2 / 0.28 and weigh the KL term 0. Remaining differences: the student term is
+    the rollout policy's ``old_log_probs``, as SDPG's re-implementation (``lauyikfung/SDPG``, ``core_algos.py``)
+    takes it, where the official code detaches the current policy's log-probs in each update micro-batch (the same
+    values in a step's first mini-batch); the teacher's log-probs are computed once per step, before the update.
     """
     weight = torch.exp(torch.sign(x.advantages) * x.log_ratio).clamp(1.0 - cfg.rlsd_clip, 1.0 + cfg.rlsd_clip)
     shaped = x.advantages * ((1.0 - cfg.rlsd_lambda) + cfg.rlsd_lambda * weight)
@@ -578,10 +581,13 @@ def opsd_token(x: CPOTerms, cfg) -> torch.Tensor:
 
     OPSD, sampled-token form (Zhao et al., arXiv 2601.18734; official code ``siyan-zhao/OPSD``, ``opsd_trainer.py``,
     ``use_tinker_loss``): the advantage of each sampled token is the teacher's log-prob minus the student's,
-    detached. It gives a signal in every group, all-wrong ones included. Differences from that code: Â enters verl's
-    clipped PPO surrogate (the official loss is the unclipped ``-Â·log π``; both have gradient Â·∇log π while the
-    policy is the rollout policy, i.e. in a step's first mini-batch), the student term is ``old_log_probs`` (the code
-    uses the current policy, detached), and the teacher is the rollout policy under the hint prompt (the code's
-    default; its main results fix the teacher to the initial policy).
+    detached. It gives a signal in every group, all-wrong ones included. The published teacher (``cpo.teacher:
+    null``) is the fixed initial policy, as the official README recommends (``--fixed_teacher``); the experiment's OPSD
+    rows take one optimizer update per rollout batch, temperature 1.1 for sampling and every log-softmax, and weigh
+    the KL term 0, as its scripts do. Remaining differences: Â enters verl's clipped PPO surrogate (the official loss
+    is the unclipped ``-Â·log π``; with one update per batch the two have the same gradient, Â·∇log π, since the
+    policy is then the rollout policy); the student term is ``old_log_probs`` (the code uses the current policy,
+    detached: the same values with one update per batch); the paper's main form, full-vocabulary JSD (β = 0.5), is not
+    implemented (the recipe's passes return the sampled token's log-prob only).
     """
     return torch.where(x.valid, x.log_ratio, x.advantages)

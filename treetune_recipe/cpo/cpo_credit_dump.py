@@ -17,7 +17,8 @@ At each step listed in ``cpo.credit_dump.steps`` the trainer (on the driver, rig
 ``<dir>/step_<N>.json`` holding up to ``max_rows`` responses, chosen round-robin from four kinds (correct and wrong
 responses of mixed groups, responses of all-wrong and of all-correct groups) so that each kind is shown. Per response:
 the plain prompt and the hint prompt (text and token ids), the reward, the group difficulty and, per response token,
-its text and id, ``o`` (``old_log_probs``), ``g`` (``gw_log_probs``), ``δ = g − o``, the entropy, the GRPO advantage
+its text and id, ``o`` (``old_log_probs``), ``g`` (``gw_log_probs``, from the run's teacher, named in the file's
+``teacher``), ``δ = g − o``, the entropy, the GRPO advantage
 ``A`` and the advantage after the configured wrapper.
 
 The wrapper needs the token entropy; the loss uses the current policy's entropy of each update micro-batch, which the
@@ -171,6 +172,7 @@ def build_dump(batch, hint_batch, entropy: torch.Tensor, tokenizer, cpo_config, 
         "version": DUMP_VERSION,
         "step": step,
         "wrap_method": cpo_config.wrap_method,
+        "teacher": cpo_config.resolved_teacher,
         "pos_alpha": cpo_config.pos_alpha,
         "neg_alpha": cpo_config.neg_alpha,
         "success_value": cpo_config.success_value,

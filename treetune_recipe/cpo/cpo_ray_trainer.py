@@ -32,6 +32,7 @@ its ``_update_actor``, which adds ``treetune/rollout_health/*`` to the step's me
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 
 import numpy as np
@@ -44,7 +45,7 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
-from treetune_recipe.cpo.config import CPOConfig
+from treetune_recipe.cpo.config import REFERENCE_TEACHERS, CPOConfig, describe_teacher
 from treetune_recipe.cpo.cpo_advantage_wrappers import log_ratio, mutual_information, rows_reading_hint
 from treetune_recipe.cpo.cpo_core_algos import compute_difficulty_mask  # importing registers the "cpo" estimator
 from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig, maybe_dump_credit
@@ -68,20 +69,29 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
             self.cpo_config = CPOConfig.from_config(self.config.cpo)
             self.hint_config = HintConfig.from_config(self.cpo_config.hint).resolve(self.config.data.max_prompt_length)
             self.credit_dump_config = CreditDumpConfig.from_config(self.cpo_config.credit_dump)
+            self.teacher = self.cpo_config.resolved_teacher
+            # Updates seen by the weights a refreshed teacher holds (None until the first reference pass).
+            self.teacher_weights_step: int | None = None
+            self.teacher_refreshed_this_step = False
+            print(f"[cpo] teacher of the hinted pass: {self.teacher} ({describe_teacher(self.cpo_config)})")
 
     def init_workers(self):
         super().init_workers()
         if not self.cpo_enabled:
             return
+        self._install_cpo_loss(self.cpo_config)
+        request_entropy_in_actor_updates(self.actor_rollout_wg)
+
+    def _install_cpo_loss(self, cpo_config: CPOConfig) -> None:
+        """Install ``cpo_ppo_loss`` with ``cpo_config`` on every actor worker (the loss reads its knobs there)."""
         # SYNC WARNING: verl/workers/engine_workers.py:ActorRolloutRefWorker.init_model builds the same ActorConfig
         # from the same config section and installs partial(ppo_loss, config=...); set_loss_fn replaces it.
         actor_config = omega_conf_to_dataclass(self.config.actor_rollout_ref.actor)
-        self.actor_rollout_wg.set_loss_fn(partial(cpo_ppo_loss, config=actor_config, cpo=self.cpo_config))
-        request_entropy_in_actor_updates(self.actor_rollout_wg)
+        self.actor_rollout_wg.set_loss_fn(partial(cpo_ppo_loss, config=actor_config, cpo=cpo_config))
 
     def _update_actor(self, batch: DataProto) -> DataProto:
         seq_rewards = batch.batch["token_level_rewards"].sum(dim=-1).float()
-        group_metrics = self._group_outcome_metrics(batch, seq_rewards)
+        group_metrics = {**self._group_outcome_metrics(batch, seq_rewards), **drift_from_reference_metrics(batch)}
         if not self.cpo_enabled:
             actor_output = super()._update_actor(batch)
             actor_output.meta_info["metrics"].update(group_metrics)
@@ -107,12 +117,21 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         if dump_step:
             maybe_dump_credit(self, batch, hint_batch)
 
+        schedule_metrics = {}
+        if self.cpo_config.wrap_method == "rlsd":
+            step_lambda = self.cpo_config.rlsd_lambda_at(self.global_steps)
+            schedule_metrics["cpo/rlsd_lambda"] = step_lambda
+            if self.cpo_config.rlsd_lambda_decay_steps:
+                self._install_cpo_loss(dataclasses.replace(self.cpo_config, rlsd_lambda=step_lambda))
+
         # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._update_actor returns metrics in
         # meta_info["metrics"] and prefixes the loss's metrics with "actor/"; fit() reduces and logs them.
         actor_output = super()._update_actor(batch)
         actor_output.meta_info["metrics"].update(
             {
                 **hint_metrics,
+                **schedule_metrics,
+                **self._teacher_metrics(),
                 **group_metrics,
                 **self._step_cpo_metrics(batch, scored_rows),
                 **{f"timing_s/{name}": seconds for name, seconds in timing.items()},
@@ -181,23 +200,37 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         return gw_log_probs, scored_rows, {**metrics, **build_metrics}, hint_batch
 
     def _score_hint_batch(self, hint_batch: DataProto) -> torch.Tensor:
-        """Log-probs ``[N, T]`` of the hint batch's responses from the actor, through verl's old-log-prob pass.
+        """Log-probs ``[N, T]`` of the hint batch's responses under the run's teacher (``cpo.teacher``), through the
+        pass verl runs on the plain batch for that model: the old-log-prob pass (``policy``: the actor) or the
+        reference pass (``initial``/``refreshed``: the reference worker, or the actor without its LoRA adapter when
+        the reference lives in the actor).
 
-        The pass keeps the actor's batching knobs (dynamic batch size and token budget, or fixed micro-batches),
-        exactly as for ``old_log_probs``, and like it sends the rows without padding, so that its cost follows the
+        The pass keeps that model's batching knobs (dynamic batch size and token budget, or fixed micro-batches),
+        exactly as for the plain batch, and like it sends the rows without padding, so that its cost follows the
         tokens scored. The batch is padded with repeats of its first rows to a multiple of the data-parallel size
         (times the log-prob micro-batch size without dynamic batch size) and, with ``trainer.balance_batch``, its
         rows are spread over the DP ranks by token count, as ``fit`` does. Unlike the old-log-prob pass it asks for no
-        entropy (the wrappers read the plain pass's), and with the actor's parameters resident (FSDP without
+        entropy (the wrappers read the plain pass's), and with the parameters resident (FSDP without
         ``param_offload``) it skips the engine's offload switch.
         """
-        # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._get_dp_size (dispatch info of mesh "actor")
-        dp_size = self._get_dp_size(self.actor_rollout_wg, "actor")
         actor_rollout_ref = self.config.actor_rollout_ref
+        on_reference = self.teacher in REFERENCE_TEACHERS and not self.ref_in_actor
+        # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._compute_ref_log_prob (reference worker on mesh
+        # "ref", its own log-prob knobs; a reference inside the actor is the actor with no_lora_adapter)
+        if on_reference:
+            worker_group, mesh, model = self.ref_policy_wg, "ref", actor_rollout_ref.ref
+            dynamic_bsz = model.log_prob_use_dynamic_bsz
+            micro_batch_size = model.log_prob_micro_batch_size_per_gpu
+        else:
+            worker_group, mesh, model = self.actor_rollout_wg, "actor", actor_rollout_ref.actor
+            dynamic_bsz = model.use_dynamic_bsz
+            micro_batch_size = actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu
+        # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._get_dp_size (dispatch info of the mesh)
+        dp_size = self._get_dp_size(worker_group, mesh)
         divisor = dp_size
-        if not actor_rollout_ref.actor.use_dynamic_bsz:
+        if not dynamic_bsz:
             # SYNC WARNING: verl/workers/engine/utils.py:prepare_micro_batches (fixed micro-batches must divide a rank)
-            divisor *= actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu
+            divisor *= micro_batch_size
         padded, _ = pad_dataproto_to_divisor(hint_batch, divisor)
         # SYNC WARNING: verl/protocol.py:pad_dataproto_to_divisor returns its input itself when no row is needed, and
         # DataProto.reorder (used by _balance_batch) works in place: balance a shallow copy, never the caller's batch.
@@ -214,16 +247,55 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         request = left_right_2_no_padding(padded.to_tensordict())
         # Only the log-probs: no entropy, and no sum of squared probabilities (verl 0.9.1's optional output).
         tu.assign_non_tensor(request, calculate_entropy=False, calculate_sum_pi_squared=False, compute_loss=False)
-        actor = actor_rollout_ref.actor
-        if actor.strategy in ("fsdp", "fsdp2") and not actor.fsdp_config.get("param_offload", False):
+        if self.teacher in REFERENCE_TEACHERS and self.ref_in_actor:
+            tu.assign_non_tensor(request, no_lora_adapter=True)
+        if model.strategy in ("fsdp", "fsdp2") and not model.fsdp_config.get("param_offload", False):
             # SYNC WARNING: verl/workers/engine/base.py:BaseEngineCtx._context_switch
-            # With resident parameters the engine's eval-mode switch only runs gc.collect(); the old-log-prob pass
-            # of this step has just paid for it.
+            # With resident parameters the engine's eval-mode switch only runs gc.collect(); the plain pass of this
+            # step has just paid for it.
             tu.assign_non_tensor(request, disable_auto_offload=True)
-        output = self.actor_rollout_wg.compute_log_prob(request)
+        if on_reference:
+            output = worker_group.compute_ref_log_prob(request)
+        else:
+            output = worker_group.compute_log_prob(request)
         log_probs = torch.empty_like(padded.batch["responses"], dtype=torch.float32)
         log_probs[row] = no_padding_2_padding(tu.get(output, "log_probs"), request).float()
         return log_probs[: len(hint_batch)]
+
+    def _compute_ref_log_prob(self, batch: DataProto) -> DataProto:
+        """verl's reference pass, after refreshing a ``refreshed`` teacher whose refresh is due this step.
+
+        The reference pass is the first use of the reference weights in a step (``fit``: rollout, old log-probs,
+        reference log-probs, advantages, actor update), so the step's KL term and hinted pass read the same weights.
+        verl does not checkpoint the reference, so the first step after a resume also refreshes it, from the actor
+        it resumed (the teacher of a run resumed between two refreshes is then newer than without the interruption,
+        which the log says).
+        """
+        if self.cpo_enabled and self.teacher == "refreshed":
+            resumed = self.teacher_weights_step is None and self.global_steps > 1
+            if resumed:
+                print(
+                    f"[cpo] resumed at step {self.global_steps}: the reference weights are the starting model's "
+                    "(verl does not checkpoint them); the refreshed teacher takes the resumed actor's weights now."
+                )
+            if resumed or self.cpo_config.teacher_refresh_due(self.global_steps):
+                # SYNC WARNING: treetune_verl/reference_refresh.py relies on the fused ActorRolloutRefWorker
+                self.actor_rollout_wg.copy_actor_weights_to_reference()
+                self.teacher_weights_step = self.global_steps - 1
+                self.teacher_refreshed_this_step = True
+            elif self.teacher_weights_step is None:
+                self.teacher_weights_step = 0
+        return super()._compute_ref_log_prob(batch)
+
+    def _teacher_metrics(self) -> dict[str, float]:
+        """``cpo/teacher/<name>`` = 1 for the run's teacher, ``cpo/teacher_weights_step`` (how many updates the
+        weights the teacher scored with had seen: the step before for ``policy``, 0 for ``initial``, the last
+        refresh's for ``refreshed``) and ``cpo/teacher_refreshed`` (1 at a step whose teacher was just refreshed)."""
+        weights_step = {"policy": self.global_steps - 1, "initial": 0}.get(self.teacher, self.teacher_weights_step)
+        metrics = {f"cpo/teacher/{self.teacher}": 1.0, "cpo/teacher_weights_step": float(weights_step or 0)}
+        metrics["cpo/teacher_refreshed"] = float(self.teacher_refreshed_this_step)
+        self.teacher_refreshed_this_step = False
+        return metrics
 
     def _group_outcome_metrics(self, batch: DataProto, seq_rewards: torch.Tensor) -> dict[str, float]:
         """Shares of the batch's responses in all-wrong and all-correct prompt groups (``uid``) and of correct ones,
@@ -264,3 +336,23 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         if "acc" in batch.non_tensor_batch:
             metrics["cpo/acc_mean"] = float(np.mean(batch.non_tensor_batch["acc"].astype(float)))
         return metrics
+
+
+def drift_from_reference_metrics(batch: DataProto) -> dict[str, float]:
+    """How far the rollout policy has moved from the reference weights, unclamped, when the step has reference
+    log-probs (``ref_log_prob``: with a KL term or a reference teacher).
+
+    ``treetune/drift/old_minus_ref_mean`` is the mean over response tokens of ``old_log_probs - ref_log_prob``, the
+    k1 estimate of KL(π_old ‖ π_ref) per token (unbiased on the rollout's own samples, and never clamped, unlike
+    verl's ``low_var_kl``, which saturates at 10 per token); ``treetune/drift/old_minus_ref_seq_mean`` sums it over
+    each response first (an estimate of the sequence KL). The reference is the starting model, except under a
+    ``refreshed`` teacher, where it restarts from the actor at each refresh.
+    """
+    if "ref_log_prob" not in batch.batch.keys():
+        return {}
+    mask = batch.batch["response_mask"].float()
+    log_ratio = (batch.batch["old_log_probs"].float() - batch.batch["ref_log_prob"].float()) * mask
+    return {
+        "treetune/drift/old_minus_ref_mean": (log_ratio.sum() / mask.sum().clamp(min=1)).item(),
+        "treetune/drift/old_minus_ref_seq_mean": log_ratio.sum(dim=-1).mean().item(),
+    }

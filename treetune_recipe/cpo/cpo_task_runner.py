@@ -16,14 +16,18 @@
 verl's ``TaskRunner.run`` (0.9.1: ``main_ppo_v0``, the v0 path; 0.7.1: ``main_ppo``) builds the trainer from its
 module global ``RayPPOTrainer``. This subclass swaps that global for ``RayCPOTrainer`` inside its own Ray actor process
 (the one documented patch, ``treetune_verl.patches.use_trainer_class``), makes verl's file logger append
-(``append_file_logger``: the driver already dropped the steps a resume recomputes) and otherwise reuses ``run``
+(``append_file_logger``: the driver already dropped the steps a resume recomputes), maps the actor role to
+``RefreshableReferenceWorker`` (a teacher refreshed from the actor) and otherwise reuses ``run``
 unchanged: no copy of upstream code. Its base is the undecorated ``TaskRunner``
 (``treetune_verl.verl_compat.task_runner_base``). It lives in an importable module (not ``__main__``) because Ray
 pickles the class by reference.
 """
 
+import ray
+
 from treetune_recipe.cpo.cpo_ray_trainer import RayCPOTrainer
 from treetune_verl.patches import append_file_logger, use_trainer_class
+from treetune_verl.reference_refresh import RefreshableReferenceWorker
 from treetune_verl.verl_compat import task_runner_base
 
 
@@ -36,6 +40,21 @@ class CPOTaskRunner(task_runner_base()):
         # Ray actor class): it would ship a copy of the function whose ``super()`` names a copy of the class, and fail
         # with "super(type, obj): obj must be an instance or subtype of type".
         super().__init__()
+
+    def add_actor_rollout_worker(self, config):
+        """verl's actor worker, as a ``RefreshableReferenceWorker`` (a ``refreshed`` teacher copies the actor's weights
+        into the reference; otherwise it is verl's ``ActorRolloutRefWorker`` unchanged)."""
+        # SYNC WARNING: verl/trainer/main_ppo_v0.py:TaskRunner.add_actor_rollout_worker maps one role to
+        # ray.remote(ActorRolloutRefWorker) and returns (worker class, worker group class)
+        from verl.trainer.ppo.ray_trainer import Role
+        from verl.workers.engine_workers import ActorRolloutRefWorker
+
+        worker_class, group_class = super().add_actor_rollout_worker(config)
+        if worker_class is not ActorRolloutRefWorker:
+            raise TypeError(f"the CPO recipe runs on verl's engine ActorRolloutRefWorker, got {worker_class!r}")
+        role = Role.ActorRolloutRef if Role.ActorRolloutRef in self.role_worker_mapping else Role.ActorRollout
+        self.role_worker_mapping[role] = ray.remote(RefreshableReferenceWorker)
+        return RefreshableReferenceWorker, group_class
 
     def run(self, config):
         use_trainer_class(RayCPOTrainer)

@@ -19,7 +19,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
-from treetune_recipe.cpo.config import CPOConfig
+from treetune_recipe.cpo.config import REFERENCE_TEACHERS, CPOConfig
 from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig
 from treetune_recipe.cpo.cpo_hint import HintConfig, hint_question, hint_solution, shortest_hint_prompt_lengths
 from treetune_verl.rollout_health import RolloutHealthConfig
@@ -64,6 +64,32 @@ def check_cpo_config(config) -> None:
     cpo_config = CPOConfig.from_config(config.cpo)  # validates every cpo.* key
     HintConfig.from_config(cpo_config.hint)
     CreditDumpConfig.from_config(cpo_config.credit_dump)
+    check_teacher_worker(config, cpo_config)
+
+
+def check_teacher_worker(config, cpo_config: CPOConfig) -> None:
+    """A teacher read from verl's reference-policy worker needs that worker, which verl creates only for a KL term."""
+    teacher = cpo_config.resolved_teacher
+    # SYNC WARNING: verl/trainer/ppo/utils.py:need_reference_policy (use_kl_in_reward or actor.use_kl_loss)
+    has_reference = config.algorithm.get("use_kl_in_reward", False) or config.actor_rollout_ref.actor.use_kl_loss
+    if teacher in REFERENCE_TEACHERS and not has_reference:
+        raise ValueError(
+            f"cpo.teacher resolves to {teacher!r} (cpo.wrap_method={cpo_config.wrap_method}, cpo.teacher="
+            f"{cpo_config.teacher}), which the reference-policy worker scores, but this config has none: verl creates "
+            "it only with actor_rollout_ref.actor.use_kl_loss=true or algorithm.use_kl_in_reward=true. Set "
+            "actor_rollout_ref.actor.use_kl_loss=true (with actor_rollout_ref.actor.kl_loss_coef=0 the KL term stays "
+            "out of the loss), or cpo.teacher=policy."
+        )
+    model = config.actor_rollout_ref.model
+    # SYNC WARNING: verl/trainer/main_ppo_v0.py:TaskRunner.add_actor_rollout_worker (LoRA: the reference is the actor
+    # without its adapter, no model of its own)
+    lora = (model.get("lora") or {}).get("rank", 0) > 0 or model.get("lora_rank", 0) > 0
+    if teacher == "refreshed" and (lora or model.get("lora_adapter_path") is not None):
+        raise ValueError(
+            "cpo.teacher=refreshed overwrites the reference model with the actor's weights, but with LoRA the "
+            "reference is the actor without its adapter (no model of its own to overwrite). Use cpo.teacher=initial "
+            "or policy."
+        )
 
 
 def check_cpo_run(config, tokenizer=None) -> None:

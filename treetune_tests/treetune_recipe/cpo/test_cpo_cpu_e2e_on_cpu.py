@@ -95,6 +95,34 @@ def rescored_dump(model, dump: dict, vocab_size: int, corruption: str | None = N
     return old, hinted
 
 
+def as_matrix(rows):
+    """Right-padded ``[N, max R]`` float32 matrix of ragged per-row values."""
+    import torch
+
+    return torch.nn.utils.rnn.pad_sequence([torch.as_tensor(row, dtype=torch.float32) for row in rows], True)
+
+
+def load_model(assets_dir, weights=None):
+    """The assets' model in fp32 (sdpa), with the tensors of a checkpoint's ``model.safetensors`` if given."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        assets_dir / "model", dtype=torch.float32, attn_implementation="sdpa"
+    ).eval()
+    if weights is not None:
+        missing, unexpected = model.load_state_dict(load_file(weights), strict=False)
+        assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)  # lm_head is tied
+    return model
+
+
+def dumped_scores(dump: dict):
+    """``(old, hinted, mask)`` matrices of a credit dump's rows."""
+    rows = dump["rows"]
+    mask = as_matrix([[1.0] * len(row["token_ids"]) for row in rows])
+    return as_matrix([row["old_log_probs"] for row in rows]), as_matrix([row["gw_log_probs"] for row in rows]), mask
+
+
 def run_cpo(assets_dir, run_dir, *, steps, extra=(), timeout_s=RUN_TIMEOUT_S):
     """Train with the CPO recipe on the CPU profile; returns (run, metrics by step). Asserts a clean exit."""
     run = launch_cpo_on_cpu(
@@ -125,7 +153,7 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(context_sensitive_a
         steps=steps,
         extra=[
             "actor_rollout_ref.actor.optim.lr=1e-2",  # a visible weight change after two steps
-            f"trainer.save_freq={steps}",
+            "trainer.save_freq=1",  # the weights of each step, for the teacher check of step 2
             "actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model]",
             # About half the responses count as correct (the tiny model never answers right), so the steps have
             # correct responses, whose hinted log-probs seq_kl (alpha+ = 0) never reads.
@@ -135,8 +163,8 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(context_sensitive_a
             "ray_kwargs.ray_init.num_gpus=2",
             "++ray_kwargs.ray_init.resources.cpu=2",
             "trainer.balance_batch=true",
-            # Step 1 scores every row under the hint and dumps old and hinted log-probs with token ids.
-            "cpo.credit_dump.steps=[1]",
+            # Steps 1 and 2 score every row under the hint and dump old and hinted log-probs with token ids.
+            "cpo.credit_dump.steps=[1,2]",
             f"cpo.credit_dump.dir={tmp_path / 'credit'}",
         ],
     )
@@ -156,31 +184,26 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(context_sensitive_a
         assert abs(values["rollout_corr/kl"]) < ROLLOUT_KL_MAX, (step, values["rollout_corr/kl"])
         assert values["training/rollout_probs_diff_mean"] < ROLLOUT_KL_MAX, step
         assert values[CHECKED_METRIC] == 1 and values[WARNING_METRIC] == 0, step
-    # cpo.hint.rescore=needed (the default): seq_kl with alpha+ = 0 scores the wrong responses only (step 2; step 1
-    # dumps credit, so it scores every row).
-    assert metrics[1]["cpo/hint_rows_frac"] == 1
-    assert metrics[2]["cpo/hint_rows_frac"] == pytest.approx(1 - metrics[2]["cpo/success_frac"])
-    # Those rows' hint prompts are longer than their plain prompts: more tokens than their share of the batch.
+    # Both steps dump credit, so they score every row under the hint (cpo.hint.rescore=needed would score only the
+    # wrong responses: test_cpo_hint_pass_* and the teacher runs below); the hint prompts are longer than the plain
+    # ones: more tokens than rows.
+    assert metrics[1]["cpo/hint_rows_frac"] == metrics[2]["cpo/hint_rows_frac"] == 1
     assert metrics[2]["cpo/hint_rows_frac"] < metrics[2]["cpo/hint_token_ratio"]
+    # seq_kl's published teacher is the rollout policy: the weights after the previous step's update.
+    assert [metrics[step]["cpo/teacher/policy"] for step in (1, 2)] == [1, 1]
+    assert [metrics[step]["cpo/teacher_weights_step"] for step in (1, 2)] == [0, 1]
     assert metrics[steps]["actor/kl_loss"] > 0  # reference model on, and the policy moved away from it
     print(f"\nrollout_corr/kl per step: {[metrics[step]['rollout_corr/kl'] for step in sorted(metrics)]}")
 
     # The dump of step 1 (weights still the initial ones) against fp32 transformers on the same token ids.
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     dump = json.loads((tmp_path / "credit" / "step_1.json").read_text())
-    assert len(dump["rows"]) > 4
-    model_path = assets_dir / "model"
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, attn_implementation="sdpa").eval()
-    vocab_size = len(AutoTokenizer.from_pretrained(model_path))
+    assert len(dump["rows"]) > 4 and dump["teacher"] == "policy"
+    model = load_model(assets_dir)
+    vocab_size = len(AutoTokenizer.from_pretrained(assets_dir / "model"))
     old, hinted = rescored_dump(model, dump, vocab_size)
-
-    def as_matrix(rows):
-        return torch.nn.utils.rnn.pad_sequence([torch.as_tensor(row, dtype=torch.float32) for row in rows], True)
-
-    dumped_old = as_matrix([row["old_log_probs"] for row in dump["rows"]])
-    dumped_hinted = as_matrix([row["gw_log_probs"] for row in dump["rows"]])
-    mask = as_matrix([[1.0] * len(row["token_ids"]) for row in dump["rows"]])
+    dumped_old, dumped_hinted, mask = dumped_scores(dump)
     HARNESS.assert_scores_match(dumped_old, as_matrix(old), "dumped old log-probs", mask)
     HARNESS.assert_scores_match(dumped_hinted, as_matrix(hinted), "dumped hinted log-probs", mask)
     # Controls: the hinted log-probs are not the plain ones, and no corrupted forward matches either pass.
@@ -193,6 +216,21 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(context_sensitive_a
         with pytest.raises(AssertionError):
             HARNESS.assert_scores_match(dumped_hinted, as_matrix(corrupted_hinted), corruption, mask)
 
+    # Step 2: the policy teacher scores with the weights after step 1's update, not with the starting model (the
+    # control of the initial teacher's check in test_initial_teacher_scores_with_the_starting_model).
+    step_2 = json.loads((tmp_path / "credit" / "step_2.json").read_text())
+    _, step_2_hinted, step_2_mask = dumped_scores(step_2)
+    after_step_1 = load_model(
+        assets_dir, tmp_path / "checkpoints" / "global_step_1" / "actor" / "huggingface" / "model.safetensors"
+    )
+    HARNESS.assert_scores_match(
+        step_2_hinted, as_matrix(rescored_dump(after_step_1, step_2, vocab_size)[1]), "policy teacher", step_2_mask
+    )
+    with pytest.raises(AssertionError):
+        HARNESS.assert_scores_match(
+            step_2_hinted, as_matrix(rescored_dump(model, step_2, vocab_size)[1]), "policy vs initial", step_2_mask
+        )
+
     initial = load_file(assets_dir / "model" / "model.safetensors")
     trained = load_file(
         tmp_path / "checkpoints" / f"global_step_{steps}" / "actor" / "huggingface" / "model.safetensors"
@@ -203,6 +241,133 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(context_sensitive_a
         assert torch.equal(trained["lm_head.weight"], trained["model.embed_tokens.weight"])
     max_change = max((trained[name].float() - initial[name].float()).abs().max().item() for name in initial)
     assert math.isfinite(max_change) and max_change > 1e-3
+
+
+#: The teacher runs (``teacher_runs``): steps, seed and overrides of each. Same model, data and settings; the first two
+#: share a seed, so the same step-1 rollouts, and differ in method and teacher; the third differs only in its seed.
+TEACHER_RUNS = {
+    # OPSD-token's published teacher: the starting model, held fixed (the reference worker).
+    "initial": (2, 0, ["cpo.wrap_method=opsd_token", "cpo.credit_dump.steps=[1,2]"]),
+    # A teacher refreshed from the actor after every 2nd update: the starting model at steps 1-2, the weights after
+    # step 2's update at step 3 (saved by the step-2 checkpoint).
+    "refreshed": (
+        3,
+        0,
+        [
+            "cpo.teacher=refreshed",
+            "cpo.teacher_refresh_steps=2",
+            "cpo.credit_dump.steps=[2,3]",
+            "trainer.save_freq=2",
+            "actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model]",
+        ],
+    ),
+    "other_seed": (1, 1, ["algorithm.adv_estimator=grpo"]),
+}
+
+
+@pytest.fixture(scope="module")
+def teacher_runs(context_sensitive_assets_dir, tmp_path_factory):
+    """``run(name)``: the :data:`TEACHER_RUNS` run ``name`` on the context-sensitive model (lr 1e-2: the policy moves
+    visibly in one step), made on first use and shared by the tests, with its credit dumps and its rollouts (verl's
+    ``trainer.rollout_data_dir``); returns (run folder, metrics)."""
+    runs = {}
+
+    def run(name):
+        if name not in runs:
+            steps, seed, overrides = TEACHER_RUNS[name]
+            run_dir = tmp_path_factory.mktemp(f"teacher_{name}")
+            _, metrics = run_cpo(
+                context_sensitive_assets_dir,
+                run_dir,
+                steps=steps,
+                extra=[
+                    "actor_rollout_ref.actor.optim.lr=1e-2",
+                    "reward.custom_reward_function.name=compute_score_half_correct",
+                    f"data.seed={seed}",
+                    f"++actor_rollout_ref.rollout.engine_kwargs.hf.seed={seed}",
+                    f"trainer.rollout_data_dir={run_dir / 'rollouts'}",
+                    f"cpo.credit_dump.dir={run_dir / 'credit'}",
+                    *overrides,
+                ],
+            )
+            assert sorted(metrics) == list(range(1, steps + 1)), name
+            runs[name] = run_dir, metrics
+        return runs[name]
+
+    return run
+
+
+def teacher_check(assets_dir, run_dir, step: int, weights=None) -> None:
+    """Assert that the hinted log-probs of the step's credit dump are fp32 transformers' under the hint prompt, with
+    the starting model or the checkpoint ``weights``."""
+    from transformers import AutoTokenizer
+
+    dump = json.loads((run_dir / "credit" / f"step_{step}.json").read_text())
+    _, hinted, mask = dumped_scores(dump)
+    vocab_size = len(AutoTokenizer.from_pretrained(assets_dir / "model"))
+    rescored = rescored_dump(load_model(assets_dir, weights), dump, vocab_size)[1]
+    HARNESS.assert_scores_match(hinted, as_matrix(rescored), f"hinted log-probs of step {step}", mask)
+
+
+@pytest.mark.e2e
+@pytest.mark.both_releases
+@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
+def test_initial_teacher_scores_with_the_starting_model(teacher_runs, context_sensitive_assets_dir):
+    run_dir, metrics = teacher_runs("initial")
+    assert (
+        "[cpo] teacher of the hinted pass: initial (published setting of opsd_token"
+        in (run_dir / "train.log").read_text()
+    )
+    for step in (1, 2):
+        assert metrics[step]["cpo/teacher/initial"] == 1 and metrics[step]["cpo/teacher_weights_step"] == 0
+        assert json.loads((run_dir / "credit" / f"step_{step}.json").read_text())["teacher"] == "initial"
+        # At step 2 the policy has taken one update: a policy teacher fails this check (the two-step CPO run).
+        teacher_check(context_sensitive_assets_dir, run_dir, step)
+        assert math.isfinite(metrics[step]["treetune/drift/old_minus_ref_mean"])
+    # Drift from the reference: 0 while the policy is the starting model, then the k1 estimate of KL(old || ref).
+    assert abs(metrics[1]["treetune/drift/old_minus_ref_mean"]) < 1e-4
+    assert metrics[2]["treetune/drift/old_minus_ref_mean"] > 1e-3
+
+
+@pytest.mark.e2e
+@pytest.mark.both_releases
+@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
+def test_refreshed_teacher_takes_the_actors_weights_at_the_refresh_step(teacher_runs, context_sensitive_assets_dir):
+    run_dir, metrics = teacher_runs("refreshed")
+    assert [metrics[step]["cpo/teacher_weights_step"] for step in (1, 2, 3)] == [0, 0, 2]
+    assert [metrics[step]["cpo/teacher_refreshed"] for step in (1, 2, 3)] == [0, 0, 1]
+    # Step 1 dumps no credit: cpo.hint.rescore=needed scores only the rows seq_kl reads (the wrong responses), and
+    # their hint prompts are longer than the plain ones.
+    assert metrics[1]["cpo/hint_rows_frac"] == pytest.approx(1 - metrics[1]["cpo/success_frac"])
+    assert metrics[1]["cpo/hint_rows_frac"] < metrics[1]["cpo/hint_token_ratio"]
+    checkpoint = run_dir / "checkpoints" / "global_step_2" / "actor" / "huggingface" / "model.safetensors"
+    teacher_check(context_sensitive_assets_dir, run_dir, 2)  # still the starting model
+    teacher_check(context_sensitive_assets_dir, run_dir, 3, checkpoint)  # the actor after step 2
+    with pytest.raises(AssertionError):  # control: step 3 is no longer the starting model
+        teacher_check(context_sensitive_assets_dir, run_dir, 3)
+    with pytest.raises(AssertionError):  # control: nor was step 2 already the refreshed one
+        teacher_check(context_sensitive_assets_dir, run_dir, 2, checkpoint)
+    # The reference restarts from the actor: the drift from it drops back at the refresh.
+    drift = [metrics[step]["treetune/drift/old_minus_ref_mean"] for step in (2, 3)]
+    assert abs(drift[1]) < 1e-4 < drift[0], drift
+
+
+def step_one_rollouts(run_dir) -> list[tuple]:
+    """(prompt, response, score) of every step-1 sample from verl's rollout dump, sorted: which row of a prompt group
+    gets which of its responses follows their arrival at the hf server (verl numbers its samples for vLLM only)."""
+    lines = (run_dir / "rollouts" / "1.jsonl").read_text().splitlines()
+    return sorted((row["input"], row["output"], row["score"]) for row in map(json.loads, lines))
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(3 * RUN_TIMEOUT_S + 120)
+def test_one_seed_gives_every_method_the_same_step_one_rollouts(teacher_runs):
+    # Two methods (OPSD-token, CPO seq_kl), same seed: identical prompts, responses and rewards in step 1 (each request
+    # of the hf server samples from an RNG seeded from the request alone, whatever batch it lands in).
+    initial, refreshed = (step_one_rollouts(teacher_runs(name)[0]) for name in ("initial", "refreshed"))
+    assert len(initial) == 16 and initial == refreshed
+    # Control: another seed draws other prompts or responses.
+    assert step_one_rollouts(teacher_runs("other_seed")[0]) != initial
 
 
 def start_cpo(assets_dir, tmp_path, *overrides, timeout_s=180):
