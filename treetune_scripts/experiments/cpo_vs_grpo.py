@@ -53,6 +53,7 @@ from treetune_scripts.experiments.warm_start import (
     WarmStartGateError,
     build_warm_start,
     check_mixed_groups,
+    describe_warm_start,
     read_build_info,
     val_acc_key,
     warm_start_hash,
@@ -75,7 +76,7 @@ HELD_OUT_OVERRIDES = [
 ]
 RESULT_COLUMNS = [
     "method", "seed", "step", "val_acc", "train_reward", "step_time_s", "cpo_adv_shift", "hint_logratio",
-    "all_wrong_frac", "kl",
+    "all_wrong_frac", "kl", "drift", "response_length", "entropy", "gw_minus_old",
 ]  # fmt: skip
 #: ``results.csv`` columns read from verl's metrics under a fixed name (``val_acc``'s name depends on the runs'
 #: :func:`validation_samples`).
@@ -85,7 +86,11 @@ _METRIC_COLUMNS = {
     "cpo_adv_shift": "actor/cpo/adv_delta_absmean",
     "hint_logratio": "cpo/gw_minus_old_absmean",
     "all_wrong_frac": "cpo/group_all_wrong_frac",  # logged for GRPO too (RayCPOTrainer._group_outcome_metrics)
-    "kl": "actor/kl_loss",
+    "kl": "actor/kl_loss",  # verl's low_var_kl, clamped at 10 per token
+    "drift": "treetune/drift/old_minus_ref_mean",  # unclamped: RayCPOTrainer's drift_from_reference_metrics
+    "response_length": "response_length/mean",
+    "entropy": "actor/entropy",
+    "gw_minus_old": "cpo/gw_minus_old_mean",
 }
 
 
@@ -110,15 +115,35 @@ class ExperimentError(RuntimeError):
     """A bad command line or output folder, reported before anything expensive starts."""
 
 
-#: The default experiment: GRPO, CPO seq_kl with the recipe's defaults (α⁺ = 0, α⁻ = 1) and with the reference's Qwen3
-#: scripts' α⁻ = 0.5, and the two privileged-context peers on the same hinted pass (RLSD, OPSD's sampled-token form);
-#: ``--quick`` runs the first two.
-DEFAULT_METHODS = "grpo,cpo:seq_kl,cpo:seq_kl@neg_alpha=0.5,cpo:rlsd,cpo:opsd_token"
-#: The hard regime's: GRPO, CPO seq_kl, CPO negonly_mi3 (it acts only on all-wrong groups) and the two peers.
-HARD_METHODS = "grpo,cpo:seq_kl,cpo:negonly_mi3,cpo:rlsd,cpo:opsd_token"
+#: The experiment of both regimes: GRPO, CPO seq_kl with the recipe's defaults (α⁺ = 0, α⁻ = 1; teacher: the rollout
+#: policy) and with a fixed teacher (the starting model), and the two privileged-context peers as their authors run
+#: them (:data:`PUBLISHED_PEER_OVERRIDES`; each with its published teacher); ``--quick`` runs the first two.
+DEFAULT_METHODS = "grpo,cpo:seq_kl,cpo:seq_kl@teacher=initial,cpo:rlsd,cpo:opsd_token"
+HARD_METHODS = DEFAULT_METHODS
 QUICK_METHODS = "grpo,cpo:seq_kl"
-#: ``cpo.*`` keys a method may set after ``@`` (numbers; the other keys stay the recipe's defaults for every method).
-METHOD_KEYS = ("pos_alpha", "neg_alpha", "cpo_lambda", "rlsd_lambda", "rlsd_clip")
+#: ``cpo.*`` keys a method may set after ``@``: numbers, and the teacher (the other keys stay the recipe's defaults for
+#: every method).
+METHOD_KEYS = ("pos_alpha", "neg_alpha", "cpo_lambda", "rlsd_lambda", "rlsd_clip", "rlsd_lambda_decay_steps")
+METHOD_CHOICES = {"teacher": ("policy", "initial", "refreshed")}
+#: The trainer settings of the peers' official training scripts, in their rows only (the teacher and RLSD's λ
+#: schedule are the recipe's published defaults, ``cpo.teacher: null``). Both drop the KL loss; verl builds the
+#: reference worker their teachers need only with the KL loss on, so it stays on with weight 0 (no term in the loss).
+#: RLSD (``iie-ycx/RLSD``, ``rlsd_train.sh``): ratio clipped asymmetrically, 0.2 below and 0.28 above. OPSD
+#: (``siyan-zhao/OPSD``, ``scripts/run_opsd.sh``): one optimizer update per rollout batch, so that verl's clipped
+#: surrogate is its ``-Â·log π``, and temperature 1.1 for sampling and every log-softmax (verl applies the rollout's
+#: temperature to the trainer's log-probs, the hinted pass included), so its step-1 draws are not the other methods'.
+PUBLISHED_PEER_OVERRIDES = {
+    "rlsd": [
+        "actor_rollout_ref.actor.kl_loss_coef=0",
+        "actor_rollout_ref.actor.clip_ratio_low=0.2",
+        "actor_rollout_ref.actor.clip_ratio_high=0.28",
+    ],
+    "opsd_token": [
+        "actor_rollout_ref.actor.kl_loss_coef=0",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=${data.train_batch_size}",
+        "actor_rollout_ref.rollout.temperature=1.1",
+    ],
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,6 +168,16 @@ REGIMES = {
 }
 
 
+def _valid_setting(key: str, value: str) -> bool:
+    if key in METHOD_CHOICES:
+        return value in METHOD_CHOICES[key]
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return key in METHOD_KEYS
+
+
 def _parse_method(name: str) -> str:
     """Check one method name and return it normalised (``cpo`` alone means ``cpo:seq_kl``)."""
     from treetune_recipe.cpo.cpo_advantage_wrappers import CPO_WRAPPERS
@@ -158,13 +193,11 @@ def _parse_method(name: str) -> str:
         )
     for setting in settings:
         key, _, value = setting.partition("=")
-        try:
-            float(value)
-        except ValueError:
-            value = None
-        if key not in METHOD_KEYS or value is None:
+        if not _valid_setting(key, value):
+            choices = "; ".join(f"{key}={'|'.join(values)}" for key, values in METHOD_CHOICES.items())
             raise ExperimentError(
-                f"--methods: {name!r}: {setting!r} must be <key>=<number> with a key among {', '.join(METHOD_KEYS)}."
+                f"--methods: {name!r}: {setting!r} must be <key>=<number> with a key among {', '.join(METHOD_KEYS)}, "
+                f"or {choices}."
             )
     return name
 
@@ -189,7 +222,12 @@ def method_overrides(method: str) -> list[str]:
     if method == "grpo":
         return ["algorithm.adv_estimator=grpo"]
     wrapper, *settings = method.removeprefix("cpo:").split("@")
-    return ["algorithm.adv_estimator=cpo", f"cpo.wrap_method={wrapper}", *(f"cpo.{s}" for s in settings)]
+    return [
+        "algorithm.adv_estimator=cpo",
+        f"cpo.wrap_method={wrapper}",
+        *PUBLISHED_PEER_OVERRIDES.get(wrapper, []),
+        *(f"cpo.{s}" for s in settings),
+    ]
 
 
 def run_name(method: str, seed: int) -> str:
@@ -330,11 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[experiment] warm start ({args.regime} regime) ...", flush=True)
     warm_dir = build_warm_start(regime.warm_start)
     info = read_build_info(warm_dir)
-    print(
-        f"[experiment] warm start {warm_dir}: greedy val acc plain {info['val_acc_plain']:.3f}, "
-        f"with hint {info['val_acc_hint']:.3f} ({info['parameters']} parameters)",
-        flush=True,
-    )
+    print(f"[experiment] {describe_warm_start(info)}", flush=True)
     regime_note = ""
     if regime.hard_prompts and not args.quick:
         print("[experiment] hard prompts (sampled once per warm start) ...", flush=True)

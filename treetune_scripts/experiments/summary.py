@@ -31,6 +31,17 @@ from pathlib import Path
 #: The threshold of "steps to threshold" is the mean first validation accuracy over all runs plus this margin.
 THRESHOLD_MARGIN = 0.10
 BASELINE_METHOD = "grpo"
+#: ``results.csv`` columns plotted per step (mean over seeds), with their panel titles.
+PER_STEP_PANELS = {
+    "train_reward": "train reward",
+    "all_wrong_frac": "responses in all-wrong groups",
+    "drift": "drift from the reference: mean old − ref (unclamped)",
+    "response_length": "response length (tokens)",
+    "entropy": "policy entropy (actor/entropy)",
+    "gw_minus_old": "teacher − student log-prob, g − o",
+}
+#: Two-sided 95 % quantiles of Student's t by degrees of freedom (n seeds - 1), for the paired intervals.
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 
 
 def read_results(path: Path | str) -> list[dict]:
@@ -59,6 +70,18 @@ def _curve(rows: list[dict], method: str, seed: int) -> list[tuple[int, float]]:
     )
 
 
+def paired_difference(values: dict[int, float], baseline: dict[int, float]) -> tuple[float, float, int] | None:
+    """Mean over the seeds both have of ``values[seed] - baseline[seed]``, the half-width of its 95 % t-interval
+    (``t_{0.975, n-1} · sd / √n``; infinite for one seed) and n; None without a common seed."""
+    diffs = [values[seed] - baseline[seed] for seed in sorted(values.keys() & baseline.keys())]
+    if not diffs:
+        return None
+    if len(diffs) == 1:
+        return diffs[0], math.inf, 1
+    t = T_975.get(len(diffs) - 1, 1.96)
+    return statistics.fmean(diffs), t * statistics.stdev(diffs) / math.sqrt(len(diffs)), len(diffs)
+
+
 def normalised_auc(curve: list[tuple[int, float]]) -> float:
     """Trapezoid area under validation accuracy vs step, divided by the step span (the curve's mean height)."""
     if len(curve) == 1:
@@ -78,7 +101,13 @@ def summarize(rows: list[dict]) -> dict:
       ratio divides it by GRPO's;
     - all-wrong share (``all_wrong_frac``: the share of a step's responses in prompt groups without a correct one):
       per seed at step 1 and the mean over all steps; mean over seeds (None where the runs did not log it);
-    - KL: ``kl`` (``actor/kl_loss``) at each seed's last step; min and max over seeds.
+    - KL: ``kl`` (``actor/kl_loss``, verl's ``low_var_kl``: clamped at 10 per token, so it saturates) at each seed's
+      last step; min and max over seeds;
+    - paired differences from GRPO: per seed, the method's final accuracy (AUC) minus GRPO's of the same seed (same
+      warm start, data order and rollout seed); mean and 95 % t-interval (:func:`paired_difference`);
+    - drift, response length, entropy, g − o: ``drift`` (mean ``old − ref`` log-ratio over response tokens,
+      unclamped), ``response_length``, ``entropy``, ``gw_minus_old`` at each seed's last step that logged them; mean
+      ± sample std over seeds (None where no run logged them).
     """
     methods = list(dict.fromkeys(r["method"] for r in rows))
     seeds = {m: sorted({r["seed"] for r in rows if r["method"] == m}) for m in methods}
@@ -104,6 +133,10 @@ def summarize(rows: list[dict]) -> dict:
         all_wrong = [[r["all_wrong_frac"] for r in run if r.get("all_wrong_frac") is not None] for run in runs]
         all_wrong = [values for values in all_wrong if values]
         final_kl = [run[-1].get("kl") for run in runs if run and run[-1].get("kl") is not None]
+        last_logged = {
+            column: [next((r[column] for r in reversed(run) if r.get(column) is not None), None) for run in runs]
+            for column in ("drift", "response_length", "entropy", "gw_minus_old")
+        }
         result["methods"][m] = {
             "seeds": len(seeds[m]),
             "first": _mean_std([c[0][1] for c in method_curves]),
@@ -115,7 +148,21 @@ def summarize(rows: list[dict]) -> dict:
             "all_wrong_first": statistics.fmean(v[0] for v in all_wrong) if all_wrong else None,
             "all_wrong_mean": statistics.fmean(statistics.fmean(v) for v in all_wrong) if all_wrong else None,
             "final_kl": (min(final_kl), max(final_kl)) if final_kl else None,
+            "final_by_seed": {s: curves[(m, s)][-1][1] for s in seeds[m] if (m, s) in curves},
+            "auc_by_seed": {s: normalised_auc(curves[(m, s)]) for s in seeds[m] if (m, s) in curves},
+            **{
+                f"last_{column}": _mean_std([v for v in values if v is not None])
+                if any(v is not None for v in values)
+                else None
+                for column, values in last_logged.items()
+            },
         }
+    baseline = result["methods"].get(BASELINE_METHOD)
+    for stats in result["methods"].values():
+        for key in ("final", "auc"):
+            stats[f"{key}_vs_grpo"] = (
+                paired_difference(stats[f"{key}_by_seed"], baseline[f"{key}_by_seed"]) if baseline else None
+            )
     base = result["methods"].get(BASELINE_METHOD, {}).get("step_time_s")
     for stats in result["methods"].values():
         stats["step_time_ratio"] = stats["step_time_s"] / base if base and not math.isnan(base) else None
@@ -126,14 +173,22 @@ def _pm(pair: tuple[float, float]) -> str:
     return f"{pair[0]:.4f} ± {pair[1]:.4f}"
 
 
+def _paired(difference: tuple[float, float, int] | None) -> str:
+    if difference is None:
+        return "-"
+    mean, half_width, n = difference
+    return f"{mean:+.4f} [{mean - half_width:+.4f}, {mean + half_width:+.4f}] (n={n})"
+
+
 def summary_table(stats: dict) -> str:
     """The markdown table of :func:`summarize`'s result."""
     threshold = stats["threshold"]
     lines = [
-        "| method | seeds | first val acc | final val acc | val acc AUC "
-        f"| steps to val acc ≥ {threshold:.4f} | all-wrong share: step 1 / mean | KL at the last step "
+        "| method | seeds | first val acc | final val acc | final − grpo (paired, 95 % CI) | val acc AUC "
+        f"| AUC − grpo (paired, 95 % CI) | steps to val acc ≥ {threshold:.4f} | all-wrong share: step 1 / mean "
+        "| drift old − ref (unclamped) | actor/kl_loss (clamped) | response length | entropy | g − o "
         "| step time (s) | step-time ratio vs grpo |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for method, s in stats["methods"].items():
         to_threshold = (
@@ -144,9 +199,15 @@ def summary_table(stats: dict) -> str:
             f"{s['all_wrong_first']:.3f} / {s['all_wrong_mean']:.3f}" if s.get("all_wrong_first") is not None else "-"
         )
         kl = f"{s['final_kl'][0]:.3f}-{s['final_kl'][1]:.3f}" if s.get("final_kl") else "-"
+        last = [_pm(s[f"last_{c}"]) if s.get(f"last_{c}") else "-" for c in ("drift", "response_length", "entropy")]
+        g_minus_o = _pm(s["last_gw_minus_old"]) if s.get("last_gw_minus_old") else "-"
+        paired = {
+            key: "baseline" if method == BASELINE_METHOD else _paired(s[f"{key}_vs_grpo"]) for key in ("final", "auc")
+        }
         lines.append(
-            f"| {method} | {s['seeds']} | {_pm(s['first'])} | {_pm(s['final'])} | {_pm(s['auc'])} | {to_threshold} "
-            f"| {all_wrong} | {kl} | {s['step_time_s']:.3f} | {ratio} |"
+            f"| {method} | {s['seeds']} | {_pm(s['first'])} | {_pm(s['final'])} | {paired['final']} "
+            f"| {_pm(s['auc'])} | {paired['auc']} | {to_threshold} | {all_wrong} | {last[0]} | {kl} "
+            f"| {last[1]} | {last[2]} | {g_minus_o} | {s['step_time_s']:.3f} | {ratio} |"
         )
     return "\n".join(lines)
 
@@ -178,15 +239,22 @@ def write_summary(
         "under validation accuracy vs step divided by the step span; threshold = mean first validation accuracy of "
         f"all runs + {THRESHOLD_MARGIN}, steps averaged over the seeds that reach it (reached/seeds); all-wrong share "
         "= share of a step's responses in prompt groups without a correct response (`cpo/group_all_wrong_frac`), at "
-        "step 1 / averaged over the steps, mean over seeds; KL = `actor/kl_loss` at the last step, min-max over "
-        "seeds; step time = mean `step_time_s` of steps >= 2 per seed, averaged over seeds.\n"
+        "step 1 / averaged over the steps, mean over seeds; paired differences = per seed, the method minus GRPO of "
+        "the same seed (same warm start, data order and rollout draws at step 1), mean and 95 % Student-t interval; "
+        "drift = mean `old − ref` log-ratio over response tokens at the last step (`treetune/drift/old_minus_ref_mean`,"
+        " the k1 estimate of KL(policy ‖ reference) per token, unclamped; the reference is the warm start, except "
+        "under a refreshed teacher, where it restarts at each refresh); actor/kl_loss = verl's `low_var_kl` at the "
+        "last step, min-max over seeds (clamped at 10 per token: it saturates); response length, entropy "
+        "(`actor/entropy`) and g − o (`cpo/gw_minus_old_mean`) at the last step; "
+        "step time = mean `step_time_s` of steps >= 2 per seed, averaged over seeds.\n"
     )
     Path(summary_md).write_text(text)
     return table
 
 
 def plot_curves(results_csv: Path | str, png_path: Path | str) -> Path:
-    """Validation accuracy (mean ± std band over seeds) per method vs step and vs cumulative step time."""
+    """Validation accuracy (mean ± std band over seeds) per method vs step and vs cumulative step time, and the
+    :data:`PER_STEP_PANELS` columns per step (mean over seeds)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -194,7 +262,8 @@ def plot_curves(results_csv: Path | str, png_path: Path | str) -> Path:
     import numpy as np
 
     rows = read_results(results_csv)
-    fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
+    fig, axes = plt.subplots(2, 4, figsize=(20, 8.4))
+    axes = axes.ravel()
     for method in dict.fromkeys(r["method"] for r in rows):
         seeds = sorted({r["seed"] for r in rows if r["method"] == method})
         per_seed = []
@@ -213,42 +282,24 @@ def plot_curves(results_csv: Path | str, png_path: Path | str) -> Path:
             for axis, x in ((axes[0], steps), (axes[1], wall)):
                 axis.plot(x, mean, marker="o", label=f"{method} (n={len(seeds)})")
                 axis.fill_between(x, mean - std, mean + std, alpha=0.2)
-        train_steps = sorted({r["step"] for run, _ in per_seed for r in run if r["train_reward"] is not None})
-        if train_steps:
-            reward = [
-                statistics.fmean(
-                    r["train_reward"]
-                    for run, _ in per_seed
-                    for r in run
-                    if r["step"] == s and r["train_reward"] is not None
-                )
-                for s in train_steps
-            ]
-            axes[2].plot(train_steps, reward, label=method)
-        wrong_steps = sorted({r["step"] for run, _ in per_seed for r in run if r.get("all_wrong_frac") is not None})
-        if wrong_steps:
-            share = [
-                statistics.fmean(
-                    r["all_wrong_frac"]
-                    for run, _ in per_seed
-                    for r in run
-                    if r["step"] == s and r.get("all_wrong_frac") is not None
-                )
-                for s in wrong_steps
-            ]
-            axes[3].plot(wrong_steps, share, label=method)
-    titles = (
-        "validation accuracy vs step",
-        "validation accuracy vs training time",
-        "train reward (mean over seeds)",
-        "responses in all-wrong groups (mean over seeds)",
-    )
-    xlabels = ("step", "cumulative step time (s)", "step", "step")
+        for axis, column in zip(axes[2:], PER_STEP_PANELS):
+            logged = sorted({r["step"] for run, _ in per_seed for r in run if r.get(column) is not None})
+            if logged:
+                means = [
+                    statistics.fmean(
+                        r[column] for run, _ in per_seed for r in run if r["step"] == step and r.get(column) is not None
+                    )
+                    for step in logged
+                ]
+                axis.plot(logged, means, label=method)
+    titles = ("validation accuracy vs step", "validation accuracy vs training time", *PER_STEP_PANELS.values())
+    xlabels = ("step", "cumulative step time (s)", *["step"] * len(PER_STEP_PANELS))
     for axis, title, xlabel in zip(axes, titles, xlabels):
-        axis.set_title(title)
+        axis.set_title(title, fontsize=10)
         axis.set_xlabel(xlabel)
         axis.grid(alpha=0.3)
-        axis.legend()
+        if axis.has_data():
+            axis.legend(fontsize=8)
     axes[0].set_ylabel("validation accuracy (held-out plain prompts)")
     fig.tight_layout()
     fig.savefig(png_path, dpi=80)

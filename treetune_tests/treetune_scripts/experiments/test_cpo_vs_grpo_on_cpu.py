@@ -65,7 +65,20 @@ def test_a_cpo_method_can_set_its_alphas_and_names_its_run_folder_after_them(tmp
     for bad in ("cpo:seq_kl@loss_position=first", "cpo:seq_kl@neg_alpha=half", "cpo:seq_kl@neg_alpha"):
         with pytest.raises(cpo_vs_grpo.ExperimentError, match="must be <key>=<number>"):
             cpo_vs_grpo.parse_methods(bad)
-    assert cpo_vs_grpo.parse_methods(cpo_vs_grpo.DEFAULT_METHODS)[2] == "cpo:seq_kl@neg_alpha=0.5"
+    assert cpo_vs_grpo.parse_methods(cpo_vs_grpo.DEFAULT_METHODS)[2] == "cpo:seq_kl@teacher=initial"
+
+
+def test_a_method_can_choose_its_teacher_and_the_peers_run_their_official_settings():
+    assert cpo_vs_grpo.method_overrides("cpo:seq_kl@teacher=initial")[-1] == "cpo.teacher=initial"
+    assert cpo_vs_grpo.run_name("cpo:seq_kl@teacher=initial", 0) == "cpo_seq_kl_teacherinitial__seed0"
+    with pytest.raises(cpo_vs_grpo.ExperimentError, match="teacher=policy|initial|refreshed"):
+        cpo_vs_grpo.parse_methods("cpo:seq_kl@teacher=frozen")
+    rlsd = cpo_vs_grpo.method_overrides("cpo:rlsd")
+    assert {"actor_rollout_ref.actor.clip_ratio_high=0.28", "actor_rollout_ref.actor.kl_loss_coef=0"} <= set(rlsd)
+    assert not any("teacher" in override for override in rlsd)  # the published teacher is the recipe's default
+    opsd = cpo_vs_grpo.method_overrides("cpo:opsd_token")
+    assert "actor_rollout_ref.actor.ppo_mini_batch_size=${data.train_batch_size}" in opsd
+    assert not [o for o in cpo_vs_grpo.method_overrides("cpo:seq_kl") if o.startswith("actor_rollout_ref.")]
 
 
 def test_only_the_cpo_keys_differ_between_methods(tmp_path):
@@ -278,7 +291,19 @@ def test_summary_numbers_by_hand(tmp_path):
     assert grpo["all_wrong_mean"] == pytest.approx((0.375 + 0.75) / 2)  # each seed's mean over its steps
     assert grpo["final_kl"] == pytest.approx((0.1, 0.3))
     assert cpo["all_wrong_first"] is None and cpo["final_kl"] is None  # not logged: "-" in the table
-    assert "| 0.625 / 0.562 | 0.100-0.300 |" in summary.summary_table(stats)
+    # Paired by seed: cpo - grpo final = 0.2 (seed 0), 0.4 (seed 1): mean 0.3, sd √0.02, 95 % half-width
+    # t(0.975, 1) · sd / √2 = 12.706 · 0.1.
+    assert cpo["final_vs_grpo"] == pytest.approx((0.3, 1.2706, 2))
+    assert cpo["auc_vs_grpo"] == pytest.approx((0.15, 12.706 * 0.05, 2))  # AUCs 0.4 vs 0.3 and 0.4 vs 0.2
+    assert grpo["final_vs_grpo"] == pytest.approx((0.0, 0.0, 2))
+    # Drift: each seed's last logged value (step 2 for seed 0, step 1 for seed 1), mean ± sd.
+    rows[2]["drift"], rows[4]["drift"] = 0.5, 0.25
+    _write_csv(tmp_path / "results.csv", rows)
+    stats = summary.summarize(summary.read_results(tmp_path / "results.csv"))
+    assert stats["methods"]["grpo"]["last_drift"] == pytest.approx((0.375, statistics.stdev([0.5, 0.25])))
+    table = summary.summary_table(stats)
+    assert "| 0.625 / 0.562 | 0.3750 ± 0.1768 | 0.100-0.300 |" in table
+    assert "| +0.3000 [-0.9706, +1.5706] (n=2) |" in table and "| baseline |" in table
 
 
 # ----------------------------------------------------------------------------------------------------------------------
