@@ -31,12 +31,13 @@ Cached like the tiny assets: ``<cache_root>/warm_start/<content hash>/``, the ha
 SFT parameter.
 
 **The shipped warm start.** verl's SFT on CPU is not bitwise reproducible across machines (instruction sets change
-float results, and at this scale the difference shows in the accuracy), so the model of :data:`DEFAULT_WARM_START`
-ships with the project: ``treetune_scripts/experiments/shipped_warm_start/`` holds its ``model/`` files (weights,
-config, tokenizer; about 1.7 MB), each checked against :data:`SHIPPED_SHA256` whenever a run takes it. The demo, the
-experiments and the tests that train from the default warm start all use it; only the task's data is generated
-(Python's seeded ``random``, the same on every machine). ``--rebuild`` runs the SFT recipe instead (into the
-cache; the shipped files stay), ``--ship`` copies a rebuilt model over the shipped files and prints the new hashes.
+float results, and at this scale the difference shows in the accuracy), so the weights of :data:`DEFAULT_WARM_START`
+ship with the project: ``treetune_scripts/experiments/shipped_warm_start/model.safetensors`` (1.6 MB), checked against
+:data:`SHIPPED_WEIGHTS_SHA256` whenever a run takes it. Config, tokenizer and data come from the tiny assets, built in
+the user's own environment (each transformers release writes its own tokenizer files); the tokenizer's vocabulary must
+be the one the weights were trained with (:data:`SHIPPED_VOCAB_SHA256`). The demo, the experiments and the tests that
+train from the default warm start all use it. ``--rebuild`` runs the SFT recipe instead (into the cache; the shipped
+file stays), ``--ship`` copies a rebuilt model's weights over the shipped file and prints the new hashes.
 
 Usage::
 
@@ -141,16 +142,12 @@ DEFAULT_WARM_START = WarmStartConfig(
 )
 
 
-#: The shipped model of :data:`DEFAULT_WARM_START` (see the module docstring) and the SHA-256 of each of its files.
+#: The shipped weights of :data:`DEFAULT_WARM_START` (see the module docstring), their SHA-256, and the SHA-256 of the
+#: vocabulary they were trained with (:func:`vocab_sha256`).
 SHIPPED_DIR = Path(__file__).with_name("shipped_warm_start")
-SHIPPED_SHA256 = {
-    "chat_template.jinja": "beff35873e3b2b09dd050492a71a6b45840059dc590bb29c0887513a627ab6da",
-    "config.json": "4b225dc1934385701fd05604b6712237cb701c0b720f1230090034a701096e45",
-    "generation_config.json": "a05bd3c3d5ccffc76bb9b161bd83cd573b9c83c70541a41d0f0c0b00ac1be1a9",
-    "model.safetensors": "2445a529638f5531198c79a8b6767b8725dfa4c53736482c72a1dba6ba4a8584",
-    "tokenizer.json": "5ad13b6a33b52ebb0cbd4e4ca3b40237f8e4ec46e3288400f06f96c6bcd5f10f",
-    "tokenizer_config.json": "af17440edab862e0bf473a00c7a01e893ccbd861e1c40a154fd991af341798b7",
-}
+SHIPPED_WEIGHTS = SHIPPED_DIR / "model.safetensors"
+SHIPPED_WEIGHTS_SHA256 = "2445a529638f5531198c79a8b6767b8725dfa4c53736482c72a1dba6ba4a8584"
+SHIPPED_VOCAB_SHA256 = "c187eec5ae234afa3b0eae6b3780b2c909c607b8dbacdb3624c0481935ed8724"
 
 
 class WarmStartGateError(RuntimeError):
@@ -165,16 +162,22 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def check_shipped_files(model_dir: Path) -> None:
-    """Raise :class:`WarmStartIntegrityError` unless ``model_dir`` holds every shipped file with its recorded hash."""
-    for name, expected in SHIPPED_SHA256.items():
-        path = Path(model_dir) / name
-        actual = file_sha256(path) if path.is_file() else "missing"
-        if actual != expected:
-            raise WarmStartIntegrityError(
-                f"{path}: sha256 {actual}, but the shipped warm start's {name} is {expected}. Restore "
-                f"{SHIPPED_DIR / name} from the repository (git checkout) and delete {Path(model_dir).parent}."
-            )
+def vocab_sha256(model_dir: Path) -> str:
+    """SHA-256 of the tokenizer's vocabulary (token -> id, sorted), whatever files the installed transformers writes."""
+    from transformers import AutoTokenizer
+
+    vocab = sorted(AutoTokenizer.from_pretrained(model_dir).get_vocab().items())
+    return hashlib.sha256(json.dumps(vocab).encode()).hexdigest()
+
+
+def check_shipped_weights(weights: Path) -> None:
+    """Raise :class:`WarmStartIntegrityError` unless ``weights`` is the shipped weights file, byte for byte."""
+    actual = file_sha256(weights) if Path(weights).is_file() else "missing"
+    if actual != SHIPPED_WEIGHTS_SHA256:
+        raise WarmStartIntegrityError(
+            f"{weights}: sha256 {actual}, but the shipped warm start's weights are {SHIPPED_WEIGHTS_SHA256}. Restore "
+            f"{SHIPPED_WEIGHTS} from the repository (git checkout) and delete {Path(weights).parent.parent}."
+        )
 
 
 def warm_start_hash(config: WarmStartConfig) -> str:
@@ -371,14 +374,23 @@ def build_warm_start(
         write = _write_shipped_warm_start if shipped else _write_warm_start
         build_cached(final_dir, functools.partial(write, config, assets_dir), force=force)
     if shipped:
-        check_shipped_files(final_dir / "model")
+        check_shipped_weights(final_dir / "model" / "model.safetensors")
     return final_dir
 
 
 def _write_shipped_warm_start(config: WarmStartConfig, assets_dir: Path, out_dir: Path) -> None:
-    """Copy the shipped model (hash-checked) and the assets' data into ``out_dir`` and measure its accuracy here."""
-    check_shipped_files(SHIPPED_DIR)
-    shutil.copytree(SHIPPED_DIR, out_dir / "model", ignore=shutil.ignore_patterns("*.md"))
+    """The assets' model folder and data with the shipped weights (both hash-checked) in ``out_dir``, and its accuracy
+    measured here."""
+    check_shipped_weights(SHIPPED_WEIGHTS)
+    vocab = vocab_sha256(assets_dir / "model")
+    if vocab != SHIPPED_VOCAB_SHA256:
+        raise WarmStartIntegrityError(
+            f"the tiny assets' tokenizer ({assets_dir / 'model'}) has vocabulary sha256 {vocab}, but the shipped "
+            f"weights were trained with {SHIPPED_VOCAB_SHA256}: the tokenizer build changed. Rebuild the warm start "
+            "(python -m treetune_scripts.experiments.warm_start --rebuild) or restore the tokenizer build."
+        )
+    shutil.copytree(assets_dir / "model", out_dir / "model")
+    shutil.copy2(SHIPPED_WEIGHTS, out_dir / "model" / "model.safetensors")
     shutil.copytree(assets_dir / "data", out_dir / "data")
     _write_build_info(config, out_dir, source=f"shipped ({SHIPPED_DIR.name}/, sha256 checked)")
 
@@ -456,7 +468,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cache-root", type=Path, default=None, help="default: $TREETUNE_TINY_ASSETS_CACHE or .cache/")
     parser.add_argument("--force", action="store_true", help="remake the cached folder even if it exists")
     parser.add_argument("--rebuild", action="store_true", help="run the SFT recipe instead of taking the shipped model")
-    parser.add_argument("--ship", action="store_true", help="with --rebuild: copy the build over the shipped files")
+    parser.add_argument("--ship", action="store_true", help="with --rebuild: copy the build's weights over the shipped")
     args = parser.parse_args(argv)
     if args.ship and not args.rebuild:
         parser.error("--ship needs --rebuild")
@@ -465,11 +477,11 @@ def main(argv: list[str] | None = None) -> None:
     print(path)
     print(json.dumps({k: info.get(k) for k in ("source", "val_acc_plain", "val_acc_hint", "sft_wall_s", "parameters")}))
     if args.ship:
-        SHIPPED_DIR.mkdir(exist_ok=True)
-        for file in sorted((path / "model").iterdir()):
-            shutil.copy2(file, SHIPPED_DIR / file.name)
-        hashes = {file.name: file_sha256(file) for file in sorted(SHIPPED_DIR.iterdir()) if file.suffix != ".md"}
-        print(f"copied to {SHIPPED_DIR}; set SHIPPED_SHA256 in {__file__} to:\n{json.dumps(hashes, indent=4)}")
+        shutil.copy2(path / "model" / "model.safetensors", SHIPPED_WEIGHTS)
+        print(
+            f"copied to {SHIPPED_WEIGHTS}; in {__file__} set SHIPPED_WEIGHTS_SHA256 = {file_sha256(SHIPPED_WEIGHTS)!r} "
+            f"and SHIPPED_VOCAB_SHA256 = {vocab_sha256(path / 'model')!r}"
+        )
 
 
 if __name__ == "__main__":

@@ -11,44 +11,42 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The shipped warm start: the default warm start is the model shipped with the project, checked against its recorded
-hashes whenever a run takes it, so every machine trains from the same weights (an SFT rebuild differs from machine
-to machine). The tests that build a warm start of their own (``test_sft_loss_on_cpu.py``) test verl's SFT itself."""
+"""The shipped warm start: the default warm start's weights ship with the project, checked against their recorded hash
+whenever a run takes them, so every machine trains from the same weights (an SFT rebuild differs from machine to
+machine); config and tokenizer come from the tiny assets of the user's own environment, with the vocabulary the weights
+were trained with. The tests that build a warm start of their own (``test_sft_loss_on_cpu.py``) test verl's SFT."""
 
 import shutil
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from treetune_scripts.experiments import warm_start
 from treetune_scripts.experiments.warm_start import (
     DEFAULT_WARM_START,
-    SHIPPED_DIR,
-    SHIPPED_SHA256,
+    SHIPPED_VOCAB_SHA256,
+    SHIPPED_WEIGHTS,
+    SHIPPED_WEIGHTS_SHA256,
     WarmStartIntegrityError,
     build_warm_start,
-    check_shipped_files,
+    check_shipped_weights,
     file_sha256,
     read_build_info,
+    vocab_sha256,
 )
 
 
-def test_every_shipped_file_has_its_recorded_hash():
-    assert {"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"} <= set(SHIPPED_SHA256)
-    check_shipped_files(SHIPPED_DIR)
-
-
-def test_a_changed_or_missing_shipped_file_is_refused(tmp_path):
-    copy = shutil.copytree(SHIPPED_DIR, tmp_path / "model")
-    weights = copy / "model.safetensors"
-    data = bytearray(weights.read_bytes())
+def test_the_shipped_weights_have_their_recorded_hash_and_a_changed_bit_is_refused(tmp_path):
+    check_shipped_weights(SHIPPED_WEIGHTS)
+    changed = tmp_path / "model.safetensors"
+    data = bytearray(SHIPPED_WEIGHTS.read_bytes())
     data[-1] ^= 1  # one bit of the last weight
-    weights.write_bytes(bytes(data))
+    changed.write_bytes(bytes(data))
     with pytest.raises(WarmStartIntegrityError, match="model.safetensors: sha256"):
-        check_shipped_files(copy)
-    (copy / "tokenizer.json").unlink()
-    shutil.copy2(SHIPPED_DIR / "model.safetensors", weights)
-    with pytest.raises(WarmStartIntegrityError, match="tokenizer.json: sha256 missing"):
-        check_shipped_files(copy)
+        check_shipped_weights(changed)
+    with pytest.raises(WarmStartIntegrityError, match="sha256 missing"):
+        check_shipped_weights(tmp_path / "absent.safetensors")
 
 
 def test_the_default_warm_start_is_the_shipped_model_and_needs_no_sft(tmp_path, monkeypatch):
@@ -57,14 +55,24 @@ def test_the_default_warm_start_is_the_shipped_model_and_needs_no_sft(tmp_path, 
 
     monkeypatch.setattr(warm_start, "run_sft", no_sft)
     folder = build_warm_start(DEFAULT_WARM_START, tmp_path)
-    for name, expected in SHIPPED_SHA256.items():
-        assert file_sha256(folder / "model" / name) == expected, name
+    assert file_sha256(folder / "model" / "model.safetensors") == SHIPPED_WEIGHTS_SHA256
+    assert vocab_sha256(folder / "model") == SHIPPED_VOCAB_SHA256
     info = read_build_info(folder)
-    assert info["source"].startswith("shipped") and info["weights_sha256"] == SHIPPED_SHA256["model.safetensors"]
+    assert info["source"].startswith("shipped") and info["weights_sha256"] == SHIPPED_WEIGHTS_SHA256
     assert 0 < info["val_acc_plain"] < info["val_acc_hint"]  # measured on this machine from the shipped weights
     assert (folder / "data" / "train.parquet").is_file()
+    # The weights are the trained ones, not the assets' random initialisation.
+    assets_weights = load_file(next(tmp_path.glob("*/model/model.safetensors")))
+    shipped = load_file(SHIPPED_WEIGHTS)
+    assert not torch.equal(assets_weights["model.embed_tokens.weight"], shipped["model.embed_tokens.weight"])
     # Every later use checks the cached copy again.
     assert build_warm_start(DEFAULT_WARM_START, tmp_path) == folder
-    (folder / "model" / "config.json").write_text("{}")
-    with pytest.raises(WarmStartIntegrityError, match="config.json"):
+    shutil.copy2(next(tmp_path.glob("*/model/model.safetensors")), folder / "model" / "model.safetensors")
+    with pytest.raises(WarmStartIntegrityError, match="model.safetensors"):
+        build_warm_start(DEFAULT_WARM_START, tmp_path)
+
+
+def test_a_tokenizer_with_another_vocabulary_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(warm_start, "SHIPPED_VOCAB_SHA256", "0" * 64)
+    with pytest.raises(WarmStartIntegrityError, match="the tokenizer build changed"):
         build_warm_start(DEFAULT_WARM_START, tmp_path)
