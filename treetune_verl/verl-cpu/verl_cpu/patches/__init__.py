@@ -106,15 +106,18 @@ def watch_patched_modules() -> None:
 
 
 def activate() -> None:
-    """Apply every verl-cpu change in this process when the CPU is selected here (idempotent; else nothing)."""
+    """Make the ``hf`` rollout known to verl in this process, on any host (it runs wherever torch runs: a small model
+    on a GPU too), and apply every other verl-cpu change when the CPU is selected here (idempotent)."""
+    from verl_cpu import registrations
+
+    registrations.register_hf_rollout()
     if not cpu_selected():
         return
-    from verl_cpu import plugin, registrations
+    from verl_cpu import plugin
     from verl_cpu.patches import device
 
     plugin.register_platform()
     registrations.register_fsdp_engines_for_cpu()
-    registrations.register_hf_rollout()
     PATCHES.apply("gloo_process_group", device.use_gloo_process_groups)
     PATCHES.apply("noop_pin_memory", device.make_pin_memory_a_no_op)
     PATCHES.apply("torch_cpu_memory_api", device.add_cuda_style_functions_to_torch_cpu)
