@@ -24,7 +24,7 @@ import torch
 from treetune_recipe.cpo.cpo_advantage_wrappers import CPO_WRAPPERS
 
 pytestmark = pytest.mark.gpu
-CFG = types.SimpleNamespace(cpo_lambda=2.0, pos_alpha=0.3, neg_alpha=0.5)
+CFG = types.SimpleNamespace(cpo_lambda=2.0, pos_alpha=0.3, neg_alpha=0.5, rlsd_lambda=0.5, rlsd_clip=0.2)
 
 
 def _inputs(bsz: int = 64, width: int = 257) -> dict:
