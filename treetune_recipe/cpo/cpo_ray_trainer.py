@@ -56,6 +56,13 @@ from treetune_verl.patches import request_entropy_in_actor_updates
 from treetune_verl.rollout_health import RolloutHealthMixin
 from treetune_verl.run_folder import CompleteCheckpointsMixin
 
+#: The metric set to 1 for the run's teacher, one name per teacher (``cpo.teacher``).
+TEACHER_METRICS = {
+    "policy": "cpo/teacher/policy",
+    "initial": "cpo/teacher/initial",
+    "refreshed": "cpo/teacher/refreshed",
+}
+
 
 class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer):
     """GRPO trainer with CPO advantage shaping (see the module docstring); its checkpoints are marked complete, and
@@ -292,7 +299,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         weights the teacher scored with had seen: the step before for ``policy``, 0 for ``initial``, the last
         refresh's for ``refreshed``) and ``cpo/teacher_refreshed`` (1 at a step whose teacher was just refreshed)."""
         weights_step = {"policy": self.global_steps - 1, "initial": 0}.get(self.teacher, self.teacher_weights_step)
-        metrics = {f"cpo/teacher/{self.teacher}": 1.0, "cpo/teacher_weights_step": float(weights_step or 0)}
+        metrics = {TEACHER_METRICS[self.teacher]: 1.0, "cpo/teacher_weights_step": float(weights_step or 0)}
         metrics["cpo/teacher_refreshed"] = float(self.teacher_refreshed_this_step)
         self.teacher_refreshed_this_step = False
         return metrics

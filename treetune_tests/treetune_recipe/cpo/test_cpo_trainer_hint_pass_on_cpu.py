@@ -70,6 +70,10 @@ class FakeActorGroup:
         self.dp_size, self.micro_batch_size = dp_size, micro_batch_size
         self.log_prob_requests: list[TensorDict] = []
         self.update_requests: list[TensorDict] = []
+        self.loss_fns: list = []
+
+    def set_loss_fn(self, loss_fn) -> None:
+        self.loss_fns.append(loss_fn)
 
     def compute_log_prob(self, data: TensorDict) -> TensorDict:
         rows = len(data)
@@ -179,7 +183,9 @@ WRAPPERS = {
     "seq_kl-default": [],
     "negonly_mi3": ["cpo.wrap_method=negonly_mi3", "cpo.pos_alpha=0.3", "cpo.neg_alpha=0.5"],
     "mi_unify": ["cpo.wrap_method=mi_unify", "cpo.pos_alpha=0.2", "cpo.neg_alpha=0.5"],
-    "rlsd": ["cpo.wrap_method=rlsd"],  # (opsd_token reads every row: nothing for `needed` to leave out)
+    # (opsd_token reads every row: nothing for `needed` to leave out). The teacher does not choose the rows; the
+    # policy teacher keeps the pass on the fake actor group (test_a_reference_teacher_... covers the reference).
+    "rlsd": ["cpo.wrap_method=rlsd", "cpo.teacher=policy"],
 }
 
 
@@ -257,6 +263,57 @@ def test_hinted_pass_sends_the_same_batching_flags_as_the_old_log_prob_pass(monk
     }
     # No batching knob is set by the caller: the worker applies the actor's own (dynamic batch size, token budget).
     assert not {"use_dynamic_bsz", "max_token_len_per_gpu", "micro_batch_size_per_gpu"} & set(hinted.keys())
+
+
+class FakeReferenceGroup(FakeActorGroup):
+    """Stands in for the fused worker group's reference mesh: ``compute_ref_log_prob`` records like the actor's."""
+
+    def __init__(self, dp_size: int, micro_batch_size: int | None):
+        super().__init__(dp_size, micro_batch_size)
+        self._dispatch_info = {"ref": list(range(dp_size))}
+
+    def compute_ref_log_prob(self, data: TensorDict) -> TensorDict:
+        return self.compute_log_prob(data)
+
+
+@pytest.mark.parametrize("teacher", ["initial", "refreshed"])
+def test_a_reference_teacher_scores_the_hint_batch_on_the_reference_worker(monkeypatch, teacher):
+    trainer = make_trainer(
+        monkeypatch,
+        f"cpo.teacher={teacher}",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=3",
+        "actor_rollout_ref.ref.fsdp_config.param_offload=true",
+        dp_size=2,
+    )
+    trainer.ref_in_actor = False
+    trainer.ref_policy_wg = FakeReferenceGroup(2, 3)
+    hint_batch = build_hint_batch(rollout_batch(trainer), trainer.tokenizer, trainer.hint_config)[0]
+    scored = trainer._score_hint_batch(hint_batch)
+    (request,) = trainer.ref_policy_wg.log_prob_requests
+    assert not trainer.actor_rollout_wg.log_prob_requests  # the actor is not asked
+    assert len(request) % (2 * 3) == 0  # padded for the reference's DP size and its own micro-batch size
+    assert "disable_auto_offload" not in request.keys()  # the reference offloads its parameters: keep the switch
+    # Both fakes score with the same function: the reference's scores, unpadded and put back in row order, are
+    # what the actor's pass gives.
+    trainer.teacher = "policy"
+    torch.testing.assert_close(scored, trainer._score_hint_batch(hint_batch))
+    assert len(trainer.actor_rollout_wg.log_prob_requests) == 1
+    trainer.teacher = teacher
+    # With the reference inside the actor (LoRA), the actor scores it without its adapter, as verl's reference pass.
+    trainer.ref_in_actor, trainer.ref_policy_wg = True, None
+    trainer._score_hint_batch(hint_batch)
+    assert tu.get(trainer.actor_rollout_wg.log_prob_requests[-1], "no_lora_adapter") is True
+
+
+def test_rlsd_installs_the_lambda_of_each_step_in_the_loss(monkeypatch):
+    trainer = make_trainer(monkeypatch, "cpo.wrap_method=rlsd", "cpo.teacher=policy")
+    batch = rollout_batch(trainer)
+    for step, expected in ((1, 0.5 * 59 / 60), (30, 0.25), (75, 0.0)):  # λ_t = 0.5·max(0, 1 - t/60)
+        trainer.global_steps = step
+        metrics = trainer._update_actor(copy.deepcopy(batch)).meta_info["metrics"]
+        installed = trainer.actor_rollout_wg.loss_fns[-1].keywords["cpo"]
+        assert installed.rlsd_lambda == pytest.approx(expected) == metrics["cpo/rlsd_lambda"]
+    assert trainer.cpo_config.rlsd_lambda == 0.5  # the run's own config is left as configured
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "cpo"])
