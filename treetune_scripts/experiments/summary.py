@@ -264,7 +264,8 @@ def plot_curves(results_csv: Path | str, png_path: Path | str) -> Path:
     rows = read_results(results_csv)
     fig, axes = plt.subplots(2, 4, figsize=(20, 8.4))
     axes = axes.ravel()
-    for method in dict.fromkeys(r["method"] for r in rows):
+    for index, method in enumerate(dict.fromkeys(r["method"] for r in rows)):
+        color = f"C{index}"  # one colour per method in every panel, whichever panels it has data for
         seeds = sorted({r["seed"] for r in rows if r["method"] == method})
         per_seed = []
         for seed in seeds:
@@ -280,8 +281,8 @@ def plot_curves(results_csv: Path | str, png_path: Path | str) -> Path:
             wall = np.array([[elapsed[s] for s in steps] for _, elapsed in per_seed]).mean(axis=0)
             mean, std = acc.mean(axis=0), acc.std(axis=0, ddof=1) if len(seeds) > 1 else np.zeros(len(steps))
             for axis, x in ((axes[0], steps), (axes[1], wall)):
-                axis.plot(x, mean, marker="o", label=f"{method} (n={len(seeds)})")
-                axis.fill_between(x, mean - std, mean + std, alpha=0.2)
+                axis.plot(x, mean, marker="o", color=color, label=f"{method} (n={len(seeds)})")
+                axis.fill_between(x, mean - std, mean + std, color=color, alpha=0.2)
         for axis, column in zip(axes[2:], PER_STEP_PANELS):
             logged = sorted({r["step"] for run, _ in per_seed for r in run if r.get(column) is not None})
             if logged:
@@ -291,7 +292,7 @@ def plot_curves(results_csv: Path | str, png_path: Path | str) -> Path:
                     )
                     for step in logged
                 ]
-                axis.plot(logged, means, label=method)
+                axis.plot(logged, means, color=color, label=method)
     titles = ("validation accuracy vs step", "validation accuracy vs training time", *PER_STEP_PANELS.values())
     xlabels = ("step", "cumulative step time (s)", *["step"] * len(PER_STEP_PANELS))
     for axis, title, xlabel in zip(axes, titles, xlabels):
