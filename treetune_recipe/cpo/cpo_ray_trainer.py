@@ -13,15 +13,17 @@
 # limitations under the License.
 """``RayCPOTrainer``: verl's ``RayPPOTrainer`` plus CPO's hint-guided advantage shaping.
 
-Upstream ``fit()`` runs unchanged. Two methods are overridden:
+Upstream ``fit()`` runs unchanged. Three methods are overridden:
 
 * ``init_workers`` installs the CPO loss on the actor workers (``set_loss_fn``) and makes every actor update return the
   current-policy entropy the wrappers need.
 * ``_update_actor`` runs right after ``compute_advantage`` (where the reference inserted its block): it labels each
   prompt group's difficulty, picks the rows whose shaped advantages read the hint (``cpo.hint.rescore=needed``, see
   ``rows_reading_hint``; ``all``: every row), builds the hint-guided batch for those rows, scores the *same* response
-  tokens under it with the actor (``gw_log_probs``; ``old_log_probs`` on the other rows), adds
+  tokens under it with the run's teacher (``cpo.teacher``: the actor, or verl's reference worker, refreshed from the
+  actor every N steps for ``refreshed``; ``gw_log_probs``; ``old_log_probs`` on the other rows), adds
   ``gw_log_probs``/``seq_rewards``/``difficulty`` to the batch and calls ``super()``.
+* ``_compute_ref_log_prob`` first gives a ``refreshed`` teacher the actor's weights when its refresh is due.
 
 CPO is opt-in through ``algorithm.adv_estimator=cpo``: with any other estimator this class behaves exactly like
 ``RayPPOTrainer``, plus its two mixins, which apply to every estimator: ``CompleteCheckpointsMixin`` (checkpoint
