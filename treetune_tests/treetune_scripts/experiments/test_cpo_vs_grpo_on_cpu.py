@@ -18,6 +18,7 @@ asserts the pipeline, never the experiment's outcome."""
 import csv
 import html
 import json
+import math
 import re
 import statistics
 
@@ -377,6 +378,7 @@ def test_summary_numbers_equal_those_recomputed_from_results_csv(quick_experimen
     table = [line for line in (quick_experiment / "summary.md").read_text().splitlines() if line.startswith("| ")]
     by_method = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]] for line in table[1:]}
     grpo_time = statistics.fmean(statistics.fmean(times[("grpo", s)]) for s in ("0", "1"))
+    grpo_finals = [sorted(curves[("grpo", s)])[-1][1] for s in ("0", "1")]
     for method in ("grpo", "cpo:seq_kl"):
         method_curves = [sorted(curves[(method, s)]) for s in ("0", "1")]
         finals = [c[-1][1] for c in method_curves]
@@ -386,8 +388,22 @@ def test_summary_numbers_equal_those_recomputed_from_results_csv(quick_experimen
             area = sum((xs[i + 1] - xs[i]) * (ys[i] + ys[i + 1]) / 2 for i in range(len(xs) - 1))
             aucs.append(area / (xs[-1] - xs[0]))
         step_time = statistics.fmean(statistics.fmean(times[(method, s)]) for s in ("0", "1"))
-        seeds, first, final, auc, _, all_wrong_cell, _, time_cell, ratio = by_method[method]
+        seeds, first, final, final_vs_grpo, auc, auc_vs_grpo, _, all_wrong_cell, drift, _, *_, time_cell, ratio = (
+            by_method[method]
+        )
         assert seeds == "2"
+        if method == "grpo":
+            assert final_vs_grpo == auc_vs_grpo == "baseline"
+        else:  # per seed minus GRPO's of the same seed: mean, then the interval's ends
+            diffs = [f - g for f, g in zip(finals, grpo_finals, strict=True)]
+            half = 12.706 * statistics.stdev(diffs) / math.sqrt(2)
+            mean = statistics.fmean(diffs)
+            assert _numbers(final_vs_grpo) == pytest.approx([mean, mean - half, mean + half], abs=1e-4)
+        last_drift = [
+            [float(r["drift"]) for r in rows if (r["method"], r["seed"]) == (method, s) and r["drift"] != ""][-1]
+            for s in ("0", "1")
+        ]
+        assert _numbers(drift) == pytest.approx([statistics.fmean(last_drift), statistics.stdev(last_drift)], abs=1e-4)
         shares = {s: [float(r["all_wrong_frac"]) for r in rows if (r["method"], r["seed"]) == (method, s)
                       and r["all_wrong_frac"] != ""] for s in ("0", "1")}  # fmt: skip
         step_one = statistics.fmean(shares[s][0] for s in ("0", "1"))
