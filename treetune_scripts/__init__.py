@@ -13,9 +13,9 @@
 # limitations under the License.
 """Command-line scripts, one per job, each run as ``python -m treetune_scripts.<name>``.
 
-``run_demo`` (the CPU demo), ``make_tiny_assets`` (the tiny model and data sets of every CPU test), ``plot_metrics``
-and ``credit_report`` (a run's curves and token-credit page), the ``bench_*`` benchmarks, ``check_license_header``,
-``gpu_install`` (the GPU-node install and its resolver check) and ``run_upstream_cpu_tests`` (verl's own CPU tests
-with and without verl-cpu). Data preparation is in :mod:`treetune_scripts.data`, the CPU experiments in
-:mod:`treetune_scripts.experiments`.
+``run_demo`` (the CPU demo), ``make_tiny_assets`` (builds the tiny assets of :mod:`treetune_verl.tiny_assets` and
+prints their folder), ``plot_metrics`` and ``credit_report`` (a run's curves and token-credit page), the ``bench_*``
+benchmarks, ``check_license_header``, ``gpu_install`` (the GPU-node install and its resolver check) and
+``run_upstream_cpu_tests`` (verl's own CPU tests with and without verl-cpu). Data preparation is in
+:mod:`treetune_scripts.data`, the CPU experiments in :mod:`treetune_scripts.experiments`.
 """

@@ -41,7 +41,7 @@ import tempfile
 from pathlib import Path
 
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
-from treetune_scripts.make_tiny_assets import build_tiny_assets
+from treetune_verl.tiny_assets import build_tiny_assets
 from treetune_verl.tiny_run import METRICS_FILE, read_metrics
 
 RUNS = {

@@ -36,7 +36,7 @@ import json
 from pathlib import Path
 
 from treetune_scripts.experiments.warm_start import WarmStartGateError, completion_correctness, measure_accuracy
-from treetune_scripts.make_tiny_assets import build_cached
+from treetune_verl.tiny_assets import build_cached
 
 #: Responses sampled per prompt to call it hard (none right) and, in the gate, to count all-wrong groups; as many as
 #: the experiment's rollout samples per prompt.

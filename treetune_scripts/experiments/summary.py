@@ -313,7 +313,7 @@ def _warm_info(experiment_dir: Path) -> dict | None:
     import json
 
     from treetune_scripts.experiments.warm_start import read_build_info
-    from treetune_scripts.make_tiny_assets import default_cache_root
+    from treetune_verl.tiny_assets import default_cache_root
 
     plan_path = experiment_dir / "experiment.json"
     if not plan_path.is_file():

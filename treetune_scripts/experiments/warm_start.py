@@ -16,7 +16,7 @@
 A pretrained LLM can already solve some problems and can use a worked solution placed in its prompt. The randomly
 initialised tiny model can do neither, so before RL it is fine-tuned on worked solutions for
 
-- the plain prompts of the ``chain`` task (``treetune_scripts/make_tiny_assets.py``), and
+- the plain prompts of the ``chain`` task (``treetune_verl/tiny_assets.py``), and
 - the hint prompts of the same problems, rendered by the CPO recipe's own hint builder (``cpo.hint`` defaults), so
   that the model learns to read a solution in its context.
 
@@ -58,7 +58,7 @@ import sys
 import time
 from pathlib import Path
 
-from treetune_scripts.make_tiny_assets import (
+from treetune_verl.tiny_assets import (
     TinyAssetsConfig,
     build_cached,
     build_tiny_assets,

@@ -19,7 +19,7 @@ import pytest
 from verl_cpu.host import accelerator_available
 
 from treetune_scripts import run_demo
-from treetune_scripts.make_tiny_assets import build_tiny_assets
+from treetune_verl.tiny_assets import build_tiny_assets
 from treetune_verl.tiny_run import TrainingRun
 
 

@@ -20,8 +20,8 @@ import pytest
 import verl_cpu.preflight as verl_cpu_preflight
 from hydra import compose, initialize_config_dir
 
-from treetune_scripts.make_tiny_assets import build_tiny_assets
 from treetune_verl.preflight import PreflightError, check_run_config, collect_problems
+from treetune_verl.tiny_assets import build_tiny_assets
 from treetune_verl.tiny_run import CONFIG_DIR, tiny_run_overrides
 
 #: A CPU setting verl-cpu refuses, and a Ray resource shortfall of ``ray_kwargs.ray_init``.

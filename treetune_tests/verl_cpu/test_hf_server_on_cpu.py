@@ -30,7 +30,7 @@ from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 from verl_cpu.hf_generation import SamplingSettings, decode_batch
 from verl_cpu.hf_server import SAMPLING_SEED, HFGenerationServer, HFServerAdapter, request_seed
 
-from treetune_scripts.make_tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
+from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 
 PROMPT_LENGTH, RESPONSE_LENGTH = 64, 12
 GREEDY = {"temperature": 0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}

@@ -24,7 +24,7 @@ Shared by the CPU twin (``test_cpo_engine_on_cpu.py``) and the GPU tier (``test_
   one row at a time without padding: the independent expectation. With ``corruption=`` it computes what a broken
   pipeline would give instead (:data:`CORRUPTIONS`); every check asserts that the engine does *not* match those.
 
-The checks need a model whose outputs depend on their context (``treetune_scripts.make_tiny_assets.CONTEXT_SENSITIVE``):
+The checks need a model whose outputs depend on their context (``treetune_verl.tiny_assets.CONTEXT_SENSITIVE``):
 :func:`check_context_sensitive` asserts it, because on a near-uniform model every token gets the same log-prob under any
 mask or position and no comparison can fail.
 """

@@ -26,7 +26,7 @@ from verl import DataProto
 from treetune_recipe.cpo.config import CPOConfig
 from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig, build_dump, maybe_dump_credit, select_rows
 from treetune_scripts.credit_report import render_report
-from treetune_scripts.make_tiny_assets import build_tiny_assets
+from treetune_verl.tiny_assets import build_tiny_assets
 
 
 def test_rows_are_taken_round_robin_over_the_four_kinds():

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from treetune_scripts.make_tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
+from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 
 pytestmark = pytest.mark.gpu
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from treetune_scripts.make_tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
+from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 
 
 def _load_engine_checks():

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME, ENTRY_MODULE
-from treetune_scripts.make_tiny_assets import build_tiny_assets
+from treetune_verl.tiny_assets import build_tiny_assets
 from treetune_verl.tiny_run import METRICS_FILE, launch_training, read_metrics, tiny_run_overrides
 
 pytestmark = [pytest.mark.gpu, pytest.mark.e2e]

@@ -24,7 +24,7 @@ batch is run through the validation pass (``TrainingWorker.infer_batch``) and on
 on each sequence alone, the cross-entropy of the tokens the dataset's ``loss_mask`` marks (the assistant turn),
 averaged over all those tokens of the batch (``sft_loss``'s reduction).
 
-The model is the context-sensitive tiny Qwen3 (:data:`~treetune_scripts.make_tiny_assets.CONTEXT_SENSITIVE`), so
+The model is the context-sensitive tiny Qwen3 (:data:`~treetune_verl.tiny_assets.CONTEXT_SENSITIVE`), so
 attention leaking across packed sequences or a one-token shift moves log-probs by nats; the controls show that each
 check fails on such input.
 
@@ -47,7 +47,7 @@ import verl_cpu.activate  # noqa: F401  (as VERL_USE_EXTERNAL_MODULES loads it i
 from hydra import compose, initialize_config_dir
 
 from treetune_scripts.experiments.warm_start import WarmStartConfig, sft_command, sft_rows
-from treetune_scripts.make_tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
+from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 
 #: Conversations in the batch: plain and hinted prompts of the first RL rows (lengths ~60 and ~110 tokens).
 BATCH = 6

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Dense reward for the ``tiny_arith`` data set built by ``treetune_scripts/make_tiny_assets.py``.
+"""Dense reward for the ``tiny_arith`` data set built by ``treetune_verl/tiny_assets.py``.
 
 A correct final answer scores exactly 1.0. Any other response scores in [-1.0, -0.5]:
 
