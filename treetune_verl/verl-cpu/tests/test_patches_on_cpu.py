@@ -13,15 +13,17 @@
 # limitations under the License.
 """Patches and registrations of verl-cpu once active: each test checks the behaviour a CPU run depends on."""
 
+import ast
 import json
 import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
-from verl_cpu import patches
+from verl_cpu import activation
 from verl_cpu.host import accelerator_available, vllm_on_cpu_available
 from verl_cpu.patches.device import gloo_backend_for
 from verl_cpu.patches.engine import full_sequence_attention_mask, mask_padded_vocabulary
@@ -33,10 +35,54 @@ pytestmark = pytest.mark.skipif(accelerator_available(), reason="verl-cpu activa
 @pytest.fixture(scope="module", autouse=True)
 def active():
     """verl-cpu active in this process, as in every Ray process of a CPU run (verl asks for its device early)."""
-    patches.activate()
+    activation.activate()
     from verl.utils.device import get_device_name
 
     return get_device_name()
+
+
+def verl_cpu_imports() -> dict[str, set[str]]:
+    """verl_cpu module -> the verl_cpu modules it imports (function-local imports and parent packages included)."""
+    package = Path(activation.__file__).parent
+    names = {
+        ".".join(("verl_cpu", *path.relative_to(package).with_suffix("").parts)).removesuffix(".__init__"): path
+        for path in package.rglob("*.py")
+    }
+    graph = {}
+    for name, path in names.items():
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                targets = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                parts = target.split(".")
+                imported.update(".".join(parts[:n]) for n in range(1, len(parts) + 1))
+        graph[name] = {module for module in imported if module in names and module != name}
+    return graph
+
+
+def test_verl_cpu_has_no_import_circle_and_the_patch_modules_are_leaves():
+    graph = verl_cpu_imports()
+    for name in [n for n in graph if n.startswith("verl_cpu.patches.")]:
+        assert graph[name] <= {"verl_cpu", "verl_cpu.patches", "verl_cpu.host"}, name
+    assert graph["verl_cpu.patches"] == set()  # a face: its docstring only
+    done, visiting = set(), []
+
+    def visit(name):
+        assert name not in visiting, " -> ".join([*visiting[visiting.index(name) :], name])
+        if name not in done:
+            visiting.append(name)
+            for imported in sorted(graph[name]):
+                visit(imported)
+            visiting.pop()
+            done.add(name)
+
+    for name in sorted(graph):
+        visit(name)
 
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
@@ -162,10 +208,10 @@ def test_release_table_matches_what_was_applied():
         modules.append("verl.workers.rollout.vllm_rollout.utils")  # the weight-reload patch waits for its import
     for module in modules:
         importlib.import_module(module)
-    applied = patches.applied_patches()
+    applied = activation.applied_patches()
     for name in ("gloo_process_group", "noop_pin_memory", "trainer_vocabulary_support", "main_ppo_preflight"):
         assert name in applied
-    for name, releases in patches.ONLY_ON_RELEASES.items():
+    for name, releases in activation.ONLY_ON_RELEASES.items():
         if name.startswith("vllm_") and not vllm_on_cpu_available():
             continue
         assert (name in applied) == verl_is(*releases), name
@@ -176,10 +222,10 @@ def test_importing_verl_cpu_or_its_plugin_changes_nothing_until_the_cpu_is_selec
         """
         import json, sys, torch, torch.distributed as dist
         pin, init = torch.Tensor.pin_memory, dist.init_process_group
-        import verl_cpu, verl_cpu.plugin, verl_cpu.patches
+        import verl_cpu, verl_cpu.plugin, verl_cpu.activation, verl_cpu.patches
         print(json.dumps({
             "unchanged": torch.Tensor.pin_memory is pin and dist.init_process_group is init,
-            "applied": sorted(verl_cpu.patches.applied_patches()),
+            "applied": sorted(verl_cpu.activation.applied_patches()),
             "heavy": [m for m in ("verl.workers.engine_workers", "verl.workers.rollout.replica") if m in sys.modules],
         }))
         """,
@@ -221,7 +267,7 @@ def test_a_patch_named_in_the_skip_variable_is_left_out_with_a_warning():
         """
         import verl_cpu.activate
         import verl.utils.config as verl_config
-        from verl_cpu.patches import applied_patches
+        from verl_cpu.activation import applied_patches
         wrapped = getattr(verl_config.validate_config, "_verl_cpu_preflight", False)
         print(wrapped, "main_ppo_preflight" in applied_patches())
         """,
@@ -317,10 +363,10 @@ def test_a_host_with_an_accelerator_gets_the_hf_rollout_and_no_cpu_patch():
         """
         import verl_cpu.host
         verl_cpu.host.accelerator_available = lambda: True
-        from verl_cpu import patches
-        patches.activate()
+        from verl_cpu import activation
+        activation.activate()
         from verl.workers.rollout.base import _ROLLOUT_REGISTRY
-        print(("hf", "async") in _ROLLOUT_REGISTRY, sorted(patches.PATCHES.applied()))
+        print(("hf", "async") in _ROLLOUT_REGISTRY, sorted(activation.PATCHES.applied()))
         """
     )
     assert result.returncode == 0, result.stderr

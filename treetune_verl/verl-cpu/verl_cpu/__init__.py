@@ -18,7 +18,7 @@ collectives, verl's FSDP engines registered for device ``cpu``, two rollouts (``
 :mod:`verl_cpu.hf_server`, and verl's own vLLM rollout on vLLM's CPU build), checks that stop a configuration that
 cannot run on CPU before any worker starts (:mod:`verl_cpu.preflight`), and the Hydra profile of a CPU run
 (``verl_cpu/config``). Importing this package changes nothing; what changes once the CPU is selected is listed in
-:mod:`verl_cpu.patches`.
+:mod:`verl_cpu.activation`.
 """
 
 __version__ = "0.1.0"

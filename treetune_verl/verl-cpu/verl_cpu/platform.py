@@ -19,7 +19,7 @@ trainer process), no device memory, no profiler, no IPC. The device module is ``
 
 verl creates its platform once per process, on the first device query, which comes before any process group or model.
 Creating this one where it is selected (:func:`verl_cpu.host.cpu_selected`) activates verl-cpu in the process
-(:func:`verl_cpu.patches.activate`). Auto-detection asks it after verl's own platforms, and it claims only a host
+(:func:`verl_cpu.activation.activate`). Auto-detection asks it after verl's own platforms, and it claims only a host
 where torch sees no accelerator.
 """
 
@@ -33,11 +33,9 @@ from typing import Any
 import torch
 from verl.plugin.platform import PlatformBase
 
-from verl_cpu.host import accelerator_available, cpu_selected
+from verl_cpu.activation import activate
+from verl_cpu.host import RAY_RESOURCE, accelerator_available, cpu_selected
 from verl_cpu.patches.device import cuda_style_stand_ins
-
-#: Ray custom resource that placement-group bundles and trainer actors ask for, one unit per trainer process.
-RAY_RESOURCE = "cpu"
 
 
 class CPUDeviceModule(ModuleType):
@@ -62,8 +60,6 @@ class PlatformCPU(PlatformBase):
     def __init__(self):
         if not cpu_selected():
             return
-        from verl_cpu.patches import activate
-
         try:
             activate()
         except Exception:

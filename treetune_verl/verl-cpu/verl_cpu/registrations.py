@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Entries verl-cpu adds to verl's registries once active (:func:`verl_cpu.patches.activate`): nothing that exists
+"""Entries verl-cpu adds to verl's registries once active (:func:`verl_cpu.activation.activate`): nothing that exists
 changes; each entry is looked up only by its name (device ``cpu``, rollout ``hf``).
 
 Each entry is added right after the registry's module is imported, so activating stays light (it runs inside

@@ -16,7 +16,7 @@
 A patch replaces an upstream symbol at runtime; the code it replaces may move in any other release. So every patch
 has a name, is applied at most once per process, refuses to apply (:class:`UnsupportedVerlError`) when the installed
 verl is not one of the releases it was written against, and can be limited to some of them (a bug fixed upstream
-later). :class:`ReleaseGuardedPatches` holds these rules for one set of patches; ``verl_cpu.patches`` has one, and
+later). :class:`ReleaseGuardedPatches` holds these rules for one set of patches; ``verl_cpu.activation`` has one, and
 a project building on verl-cpu can create its own with its own releases and names.
 """
 

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Patches of torch and verl for a process without accelerator (applied by :func:`verl_cpu.patches.activate`).
+"""Patches of torch and verl for a process without accelerator (applied by :func:`verl_cpu.activation.activate`).
 
 Each function is idempotent and changes one thing in this process.
 """

@@ -11,10 +11,10 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Patches of verl's FSDP engine that a CPU run needs (applied by :func:`verl_cpu.patches.activate`).
+"""Patches of verl's FSDP engine that a CPU run needs (applied by :func:`verl_cpu.activation.activate`).
 
 Each is also right on an accelerator where the same condition holds (no flash-attn, the padded path, a vLLM
-rollout): a project may apply them there with :func:`verl_cpu.patches.apply_engine_fixes`.
+rollout): a project may apply them there with :func:`verl_cpu.activation.apply_engine_fixes`.
 """
 
 from __future__ import annotations

