@@ -155,9 +155,9 @@ TASKS = ("one_step", "chain")
 #: Assets for numerics tests: the same task and sizes, with a random init wide enough that the model's next-token
 #: distributions are peaked (mean entropy 2.3 nats on its own sampled responses; the default model: 6.45, about
 #: log(vocab)) and depend on the context by nats (a response-only attention mask, a one-token shift and a dropped
-#: prompt token move a token's log-prob by 7.4, 9.5 and 1.3 nats on average; ``engine_harness.check_context_sensitive``
-#: asserts it). A near-uniform model gives a token the same log-prob under any mask or position, so a comparison on it
-#: cannot fail.
+#: prompt token move a token's log-prob by 7.4, 9.5 and 1.3 nats on average;
+#: ``treetune_tests.support.engine_harness.check_context_sensitive`` asserts it). A near-uniform model gives a token the
+#: same log-prob under any mask or position, so a comparison on it cannot fail.
 CONTEXT_SENSITIVE = TinyAssetsConfig(initializer_range=0.5)
 
 

@@ -13,15 +13,12 @@
 # limitations under the License.
 """GPU tier: the old-log-prob, ref and hinted passes and the CPO update through verl's FSDP engine on CUDA (bf16
 parameters and autocast, nccl) against fp32 transformers on CPU, on the context-sensitive tiny model, each with its
-corrupted-forward controls. No Ray: engine workers in the test process (``engine_harness.py``, shared with the CPU
-twin ``test_cpo_engine_on_cpu.py``).
+corrupted-forward controls. No Ray: engine workers in the test process (``treetune_tests/support/engine_harness.py``,
+shared with the CPU twin ``test_cpo_engine_on_cpu.py``).
 
 Without flash-attn installed (it comes with ``make install-gpu``), verl's unpad helpers are swapped for verl's own
 pure-torch equivalents, as the CPU tests do; the engine itself runs with ``use_remove_padding=false`` and sdpa.
 """
-
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
@@ -31,21 +28,13 @@ from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 pytestmark = pytest.mark.gpu
 
 
-def _load_engine_harness():
-    path = Path(__file__).with_name("engine_harness.py")
-    spec = importlib.util.spec_from_file_location("cpo_engine_harness", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module", params=["fixed_micro_batches", "dynamic_batch_size"])
 def engine(request):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     import treetune_verl.verl_runtime  # noqa: F401  (pure-torch pad/unpad where flash-attn is missing, as in a run)
+    from treetune_tests.support import engine_harness as harness
 
-    harness = _load_engine_harness()
     assets = build_tiny_assets(config=CONTEXT_SENSITIVE)
     with harness.engine_fixture(assets, *harness.BATCHING[request.param]) as engine:
         from verl.utils.device import get_device_name

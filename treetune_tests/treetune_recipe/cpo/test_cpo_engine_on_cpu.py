@@ -21,23 +21,10 @@ and responses of mixed lengths. Each check also runs its control: the same asser
 under bf16 autocast, so the tolerances are the same as on CUDA.
 """
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
+from treetune_tests.support import engine_harness as checks
 from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
-
-
-def _load_engine_checks():
-    path = Path(__file__).with_name("engine_harness.py")
-    spec = importlib.util.spec_from_file_location("cpo_engine_harness", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-checks = _load_engine_checks()
 
 
 @pytest.fixture(scope="module", params=sorted(checks.BATCHING))

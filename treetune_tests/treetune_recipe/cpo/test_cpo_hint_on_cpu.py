@@ -18,10 +18,6 @@ hand-written messages, positions from verl's ``compute_position_id_with_mask``, 
 padding helpers.
 """
 
-import importlib.util
-import uuid
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -32,28 +28,12 @@ from verl.utils.model import compute_position_id_with_mask
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
 from treetune_recipe.cpo.cpo_hint import DEFAULT_USER_TEMPLATE, HintConfig, build_hint_batch, fill_user_template
-
-
-def _load_tokenizer_factory():
-    path = Path(__file__).with_name("tokenizer_factory.py")
-    spec = importlib.util.spec_from_file_location("cpo_hint_tokenizer_factory", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-build_tokenizer = _load_tokenizer_factory().build_tokenizer
+from treetune_tests.support.hint_batches import DATA_SUFFIX, PROBLEMS, make_batch, pad_id
+from treetune_tests.support.tokenizer_factory import build_tokenizer
 
 SYSTEM = "You are a careful tutor."
 # A short template whose expected rendering the tests write by hand (f-strings below).
 TEMPLATE = "Q: {question}\nREF: {solution}\nNow solve it; answer in \\boxed{}."
-DATA_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."
-
-PROBLEMS = [
-    {"index": 11, "question": "Solve 3y + 7 = 22.", "solution": "3y = 15, so y = \\boxed{5}."},
-    {"index": 22, "question": "What is {x} if x^2 = 49 and x > 0?", "solution": "x = \\sqrt{49} = \\boxed{7}."},
-    {"index": 33, "question": "Compute 1/2 + 1/3 + 1/6.", "solution": "Common denominator 6: (3+2+1)/6 = \\boxed{1}."},
-]
 
 
 def _expected_user(question: str, solution: str) -> str:
@@ -70,57 +50,6 @@ def _expected_prompt_ids(tokenizer, question, solution, system=SYSTEM, **templat
             messages, tokenize=True, add_generation_prompt=True, return_dict=False, **template_kwargs
         )
     )
-
-
-def _pad_id(tokenizer) -> int:
-    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-
-
-def make_batch(tokenizer, problems, n=4, prompt_width=96, response_width=24, seed=0, shuffle=True, extra_infos=None):
-    """A batch shaped like verl's at ``_update_actor``: n interleaved rollouts per prompt, optionally reordered."""
-    generator = torch.Generator().manual_seed(seed)
-    rows_prompt, rows_response, rows_extra, rows_raw, rows_uid = [], [], [], [], []
-    for k, problem in enumerate(problems):
-        messages = [{"role": "user", "content": problem["question"] + DATA_SUFFIX}]
-        if tokenizer.chat_template is None:
-            prompt_ids = tokenizer(messages[0]["content"])["input_ids"]
-        else:
-            prompt_ids = list(
-                tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=False)
-            )
-        assert len(prompt_ids) <= prompt_width
-        extra = extra_infos[k] if extra_infos is not None else dict(problem)
-        uid = str(uuid.UUID(int=k + 1))
-        for _ in range(n):
-            length = int(torch.randint(1, response_width + 1, (1,), generator=generator))
-            rows_response.append(torch.randint(3, len(tokenizer) - 1, (length,), generator=generator).tolist())
-            rows_prompt.append(prompt_ids)
-            rows_extra.append(extra)
-            rows_raw.append(messages)
-            rows_uid.append(uid)
-    num_rows, pad = len(rows_prompt), _pad_id(tokenizer)
-    prompts = torch.full((num_rows, prompt_width), pad)
-    responses = torch.full((num_rows, response_width), pad)
-    attention = torch.zeros((num_rows, prompt_width + response_width), dtype=torch.long)
-    for i, (prompt_ids, response_ids) in enumerate(zip(rows_prompt, rows_response)):
-        prompts[i, prompt_width - len(prompt_ids) :] = torch.tensor(prompt_ids)
-        responses[i, : len(response_ids)] = torch.tensor(response_ids)
-        attention[i, prompt_width - len(prompt_ids) : prompt_width + len(response_ids)] = 1
-    order = torch.randperm(num_rows, generator=generator) if shuffle else torch.arange(num_rows)
-    tensors = {
-        "prompts": prompts,
-        "responses": responses,
-        "response_mask": attention[:, prompt_width:].clone(),
-        "input_ids": torch.cat([prompts, responses], dim=-1),
-        "attention_mask": attention,
-        "position_ids": compute_position_id_with_mask(attention),
-    }
-    non_tensors = {"uid": rows_uid, "extra_info": rows_extra, "raw_prompt": rows_raw}
-    tensors = {key: value[order] for key, value in tensors.items()}
-    non_tensors = {
-        key: np.array(value + [None], dtype=object)[:-1][order.numpy()] for key, value in non_tensors.items()
-    }
-    return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info={"temperature": 0.7})
 
 
 def _config(**overrides) -> HintConfig:
@@ -197,7 +126,7 @@ def test_responses_masks_and_positions_follow_verl_conventions(family):
     lengths = prompt_mask.sum(-1)
     expected_mask = (torch.arange(width)[None, :] >= (width - lengths)[:, None]).long()
     assert torch.equal(prompt_mask, expected_mask)
-    assert torch.all(hint["prompts"][prompt_mask == 0] == _pad_id(tokenizer))
+    assert torch.all(hint["prompts"][prompt_mask == 0] == pad_id(tokenizer))
     assert hint["attention_mask"].dtype == original["attention_mask"].dtype
     torch.testing.assert_close(hint["position_ids"], compute_position_id_with_mask(hint["attention_mask"]))
     assert hint_batch.meta_info["global_token_num"] == hint["attention_mask"].sum(-1).tolist()

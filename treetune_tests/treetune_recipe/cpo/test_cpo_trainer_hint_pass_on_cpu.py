@@ -14,135 +14,29 @@
 """``RayCPOTrainer``'s hint path (``_update_actor``) with ``cpo.hint.rescore=needed`` vs ``all`` on one fixed batch.
 
 The trainer runs its real code (config composed from ``cpo_trainer.yaml``, verl's ``_compute_old_log_prob``,
-``_balance_batch`` and ``_update_actor``) against an in-process actor worker group: its log-probs are a
-deterministic function of each row's own tokens (so the hint prompt changes them and batch composition does not),
-it refuses a batch that verl's dispatch and micro-batching would refuse, and it records every request.
+``_balance_batch`` and ``_update_actor``) against an in-process actor worker group
+(``treetune_tests/support/cpo_trainer.py``): its log-probs are a deterministic function of each row's own tokens (so
+the hint prompt changes them and batch composition does not), it refuses a batch that verl's dispatch and
+micro-batching would refuse, and it records every request.
 """
 
 import copy
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from tensordict import NonTensorData, TensorDict
 from verl import DataProto
-from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
-from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME
 from treetune_recipe.cpo.cpo_advantage_wrappers import get_cpo_wrapper, rows_reading_hint
-from treetune_recipe.cpo.cpo_core_algos import compute_cpo_outcome_advantage
 from treetune_recipe.cpo.cpo_hint import build_hint_batch
-from treetune_recipe.cpo.cpo_ray_trainer import RayCPOTrainer
+from treetune_tests.support.cpo_trainer import FakeActorGroup, fake_log_probs, make_trainer, rollout_batch
+from treetune_tests.support.hint_batches import PROBLEMS, make_batch
 
 LOSS_INPUTS = ("advantages", "old_log_probs", "response_mask", "seq_rewards", "difficulty", "gw_log_probs")
 
-
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-# The hint-batch tests' tokenizer and rollout batch (n interleaved rollouts per prompt, verl's layout).
-HINT_TESTS = _load(Path(__file__).with_name("test_cpo_hint_on_cpu.py"), "cpo_hint_tests_for_trainer")
-
-
-def fake_log_probs(input_ids: torch.Tensor) -> torch.Tensor:
-    """Log-prob of token j+1 at position j, a function of the row's own prefix only: [L] -> [L]."""
-    prefix = torch.cumsum((input_ids * 7919) % 1009, dim=0)
-    next_ids = torch.roll(input_ids, -1)
-    return -(((prefix * 31 + next_ids) % 97).float() + 1.0) / 40.0
-
-
 pytestmark = pytest.mark.usefixtures("verl_pad_helpers")  # the trainer's passes unpad with them
-
-
-class FakeActorGroup:
-    """Stands in for the actor worker group: checks verl's batch-size constraints and records each request."""
-
-    def __init__(self, dp_size: int, micro_batch_size: int | None):
-        self._dispatch_info = {"actor": list(range(dp_size))}
-        self.dp_size, self.micro_batch_size = dp_size, micro_batch_size
-        self.log_prob_requests: list[TensorDict] = []
-        self.update_requests: list[TensorDict] = []
-        self.loss_fns: list = []
-
-    def set_loss_fn(self, loss_fn) -> None:
-        self.loss_fns.append(loss_fn)
-
-    def compute_log_prob(self, data: TensorDict) -> TensorDict:
-        rows = len(data)
-        assert rows % self.dp_size == 0, f"{rows} rows cannot be dispatched to {self.dp_size} DP ranks"
-        if self.micro_batch_size is not None:
-            assert (rows // self.dp_size) % self.micro_batch_size == 0, "fixed micro-batches must divide each rank"
-        self.log_prob_requests.append(data)
-        per_row = [fake_log_probs(ids) for ids in data["input_ids"].unbind()]
-        outputs = {"log_probs": torch.nested.as_nested_tensor(per_row, layout=torch.jagged)}
-        if tu.get(data, "calculate_entropy"):  # like verl's engine: entropy only when asked for
-            ones = [torch.ones_like(x) for x in per_row]
-            outputs["entropy"] = torch.nested.as_nested_tensor(ones, layout=torch.jagged)
-        return tu.get_tensordict(outputs, non_tensor_dict={"metrics": {"mfu": 0}})
-
-    def update_actor(self, data: TensorDict) -> TensorDict:
-        self.update_requests.append(data)
-        return tu.get_tensordict({}, non_tensor_dict={"metrics": {"mfu": 0.0, "pg_loss": 0.0}})
-
-
-def make_trainer(monkeypatch, *overrides, dp_size=1, dynamic=False, micro_batch_size=2):
-    def upstream_init(self, config, tokenizer):  # only what the CPO paths read from RayPPOTrainer.__init__
-        self.config, self.tokenizer, self.use_legacy_worker_impl = config, tokenizer, "disable"
-
-    monkeypatch.setattr(RayPPOTrainer, "__init__", upstream_init)
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        config = compose(
-            CONFIG_NAME,
-            overrides=[
-                "platform=cpu",
-                "data.max_prompt_length=96",
-                "actor_rollout_ref.rollout.n=4",
-                f"actor_rollout_ref.actor.use_dynamic_bsz={dynamic}",
-                f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro_batch_size}",
-                "trainer.balance_batch=true",
-                *overrides,
-            ],
-        )
-    trainer = RayCPOTrainer(config=config, tokenizer=HINT_TESTS.build_tokenizer("qwen3"))
-    trainer.actor_rollout_wg = FakeActorGroup(dp_size, None if dynamic else micro_batch_size)
-    trainer.global_steps = 1  # fit() sets it before the first update
-    return trainer
-
-
-# Per problem: rewards of its 4 rollouts (mixed, all wrong, all correct). The dense wrong rewards include -1.
-REWARDS = [[1.0, -0.7, 1.0, -1.0], [-1.0, -0.6, -0.9, -1.0], [1.0, 1.0, 1.0, 1.0]]
-
-
-def rollout_batch(trainer) -> DataProto:
-    """12 rollouts of 3 problems, after old log-probs, rewards and GRPO advantages (the batch at step 11 of fit)."""
-    batch = HINT_TESTS.make_batch(trainer.tokenizer, HINT_TESTS.PROBLEMS, n=4, seed=3)
-    batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
-    old_log_probs, _ = trainer._compute_old_log_prob(batch)
-    batch.batch["old_log_probs"] = old_log_probs.batch["old_log_probs"]
-    problem = {uid: k for k, uid in enumerate(dict.fromkeys(sorted(set(batch.non_tensor_batch["uid"]))))}
-    seen: dict[str, int] = {}
-    rewards = []
-    for uid in batch.non_tensor_batch["uid"]:
-        rewards.append(REWARDS[problem[uid]][seen.get(uid, 0)])
-        seen[uid] = seen.get(uid, 0) + 1
-    response_mask = batch.batch["response_mask"]
-    last_token = response_mask.sum(-1) - 1
-    token_level_rewards = torch.zeros_like(response_mask, dtype=torch.float32)
-    token_level_rewards[torch.arange(len(rewards)), last_token] = torch.tensor(rewards)
-    batch.batch["token_level_rewards"] = token_level_rewards
-    batch.batch["advantages"], _ = compute_cpo_outcome_advantage(
-        token_level_rewards, response_mask, batch.non_tensor_batch["uid"]
-    )
-    trainer.actor_rollout_wg.log_prob_requests.clear()
-    return batch
 
 
 def run_update(trainer, batch: DataProto, rescore: str):
@@ -240,7 +134,7 @@ def test_needed_and_all_give_identical_loss_inputs_and_shaped_advantages(monkeyp
 def test_hinted_pass_sends_the_same_batching_flags_as_the_old_log_prob_pass(monkeypatch):
     trainer = make_trainer(monkeypatch, dp_size=2, dynamic=True)
     assert trainer.config.actor_rollout_ref.actor.fsdp_config.param_offload is False
-    batch = HINT_TESTS.make_batch(trainer.tokenizer, HINT_TESTS.PROBLEMS, n=4, seed=3)
+    batch = make_batch(trainer.tokenizer, PROBLEMS, n=4, seed=3)
     trainer._compute_old_log_prob(batch)
     plain = trainer.actor_rollout_wg.log_prob_requests[-1]
     trainer._score_hint_batch(build_hint_batch(batch, trainer.tokenizer, trainer.hint_config)[0])
@@ -341,7 +235,7 @@ def test_a_step_where_no_row_reads_the_hint_skips_the_hinted_pass(monkeypatch):
 
 def test_with_offloaded_parameters_the_hinted_pass_keeps_the_offload_switch(monkeypatch):
     trainer = make_trainer(monkeypatch, "actor_rollout_ref.actor.fsdp_config.param_offload=true")
-    batch = HINT_TESTS.make_batch(trainer.tokenizer, HINT_TESTS.PROBLEMS, n=4, seed=3)
+    batch = make_batch(trainer.tokenizer, PROBLEMS, n=4, seed=3)
     trainer._score_hint_batch(build_hint_batch(batch, trainer.tokenizer, trainer.hint_config)[0])
     assert "disable_auto_offload" not in trainer.actor_rollout_wg.log_prob_requests[-1].keys()
 
@@ -351,7 +245,7 @@ def test_the_hinted_pass_leaves_the_callers_hint_batch_in_row_order(monkeypatch,
     """Balancing reorders the rows sent to the workers, never the hint batch the trainer reads afterwards (its
     ``hint_missing`` flags and the credit dump's hint prompts), even when no padding row is needed."""
     trainer = make_trainer(monkeypatch, **SETUPS[setup])
-    batch = HINT_TESTS.make_batch(trainer.tokenizer, HINT_TESTS.PROBLEMS, n=4, seed=3)
+    batch = make_batch(trainer.tokenizer, PROBLEMS, n=4, seed=3)
     hint_batch, _ = build_hint_batch(batch, trainer.tokenizer, trainer.hint_config)
     assert len(hint_batch) % (2 * 2) == 0  # no padding: the case where the pass could alias the caller's batch
     before = copy.deepcopy(hint_batch)

@@ -14,20 +14,20 @@
 """``RayCPOTrainer`` carries the run-health guard on both paths, CPO (``adv_estimator=cpo``) and plain (``grpo``).
 
 The trainer runs its real code against the in-process actor worker group of the hint-pass tests
-(``test_cpo_trainer_hint_pass_on_cpu.py``): a step's old-log-prob pass is checked before anything is updated, and the
+(``treetune_tests/support/cpo_trainer.py``): a step's old-log-prob pass is checked before anything is updated, and the
 step's verdict reaches the metrics of ``_update_actor`` on either path.
 """
 
 import copy
-import importlib.util
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME
 from treetune_recipe.cpo.cpo_ray_trainer import RayCPOTrainer
 from treetune_recipe.cpo.preflight import check_cpo_run
+from treetune_tests.support.cpo_trainer import make_trainer, rollout_batch
 from treetune_verl.rollout_health import (
     CHECKED_METRIC,
     CONSECUTIVE_WARNINGS_METRIC,
@@ -37,15 +37,6 @@ from treetune_verl.rollout_health import (
     RolloutMismatchError,
 )
 
-
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-TRAINER_TESTS = _load(Path(__file__).with_name("test_cpo_trainer_hint_pass_on_cpu.py"), "cpo_trainer_tests_for_health")
 pytestmark = pytest.mark.usefixtures("verl_pad_helpers")
 
 
@@ -59,15 +50,15 @@ def with_rollout_log_probs(batch, shift: float):
 
 def test_guard_sits_between_the_trainer_and_upstream():
     mro = RayCPOTrainer.__mro__
-    assert mro.index(RolloutHealthMixin) < mro.index(TRAINER_TESTS.RayPPOTrainer)
+    assert mro.index(RolloutHealthMixin) < mro.index(RayPPOTrainer)
     assert RayCPOTrainer._compute_old_log_prob is RolloutHealthMixin._compute_old_log_prob
 
 
 @pytest.mark.parametrize("estimator", ["cpo", "grpo"])
 def test_both_update_paths_report_the_guard_and_a_broken_step_never_updates(monkeypatch, estimator):
-    trainer = TRAINER_TESTS.make_trainer(monkeypatch, f"algorithm.adv_estimator={estimator}")
+    trainer = make_trainer(monkeypatch, f"algorithm.adv_estimator={estimator}")
     assert trainer.cpo_enabled is (estimator == "cpo")
-    batch = TRAINER_TESTS.rollout_batch(trainer)
+    batch = rollout_batch(trainer)
     updates = trainer.actor_rollout_wg.update_requests
 
     trainer.global_steps = 2

@@ -37,7 +37,6 @@ norm (fp32 gradients and reduction) within :data:`GRAD_NORM_RTOL`.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pandas as pd
@@ -47,6 +46,7 @@ import verl_cpu.activate  # noqa: F401  (as VERL_USE_EXTERNAL_MODULES loads it i
 from hydra import compose, initialize_config_dir
 
 from treetune_scripts.experiments.warm_start import WarmStartConfig, sft_command, sft_rows
+from treetune_tests.support import engine_harness
 from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 
 #: Conversations in the batch: plain and hinted prompts of the first RL rows (lengths ~60 and ~110 tokens).
@@ -55,15 +55,6 @@ LOG_PROB_MAX_ATOL, LOG_PROB_MEAN_ATOL = 0.5, 0.1
 LOSS_RTOL, GRAD_NORM_RTOL = 5e-3, 1e-2
 #: A check "fails clearly" on a control when the control is off by this many tolerances.
 CONTROL_FACTOR = 10
-
-
-def _engine_harness():
-    """The recipe tests' engine harness (loaded by path: test folders are not packages)."""
-    path = Path(__file__).parents[2] / "treetune_recipe" / "cpo" / "engine_harness.py"
-    spec = importlib.util.spec_from_file_location("cpo_engine_harness_sft", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -91,8 +82,7 @@ def sft_run(tmp_path_factory):
     data_path = work_dir / "sft.parquet"
     pd.DataFrame(sft_rows(rows)).to_parquet(data_path, index=False)
 
-    harness = _engine_harness()
-    with harness.single_process_group():
+    with engine_harness.single_process_group():
         import verl.trainer.sft_trainer as sft_trainer
         from verl.utils.device import auto_set_device
         from verl.utils.distributed import initialize_global_process_group
@@ -118,7 +108,7 @@ def sft_run(tmp_path_factory):
             "pad_token_id": trainer.model_config.tokenizer.pad_token_id,
         }
         val_data = tu.get_tensordict(tensor_dict=dict(batch), non_tensor_dict=meta_info)
-        with harness.recorded_model_inputs(trainer.engine) as val_calls:
+        with engine_harness.recorded_model_inputs(trainer.engine) as val_calls:
             val_output = trainer.training_client.infer_batch(val_data)  # the validation pass of fit()
 
         # Control through the engine: position ids running on across the packed row instead of restarting at each
@@ -131,7 +121,7 @@ def sft_run(tmp_path_factory):
         train_data = tu.get_tensordict(tensor_dict=dict(batch), non_tensor_dict=meta_info)
         seqlens = NonTensorData(trainer._get_batch_seqlens(data=train_data))
         tu.assign_non_tensor(train_data, update_lr_scheduler=True, global_token_num=seqlens)
-        with harness.recorded_model_inputs(trainer.engine) as train_calls:
+        with engine_harness.recorded_model_inputs(trainer.engine) as train_calls:
             train_output = trainer.training_client.train_batch(data=train_data)
 
         yield {

@@ -13,8 +13,9 @@
 # limitations under the License.
 """verl FSDP engine workers in the test process (no Ray), and the same computations with plain transformers.
 
-Shared by the CPU twin (``test_cpo_engine_on_cpu.py``) and the GPU tier (``test_cpo_engine.py``); loaded by path
-(test folders are not packages under ``--import-mode=importlib``).
+Shared by the CPO engine tests (``treetune_tests/treetune_recipe/cpo/test_cpo_engine_on_cpu.py``, its GPU twin
+``test_cpo_engine.py``), the CPO end-to-end test (its fp32 references) and the SFT-loss test (process group, recorded
+model inputs).
 
 - :func:`actor_worker` / :func:`ref_worker` build verl's ``TrainingWorker`` for the actor (with the CPO loss installed)
   and for the reference policy the way ``ActorRolloutRefWorker.init_model`` does (verl 0.7.1), on the device torch sees.
