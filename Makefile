@@ -95,7 +95,7 @@ upstream-cpu-tests: $(STAMP)
 	$(PY) -m treetune_scripts.run_upstream_cpu_tests $(ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/pre-commit run --all-files
+	VENV=$(VENV) $(VENV)/bin/pre-commit run --all-files
 
 clean-assets:
 	rm -rf .cache/tiny_assets

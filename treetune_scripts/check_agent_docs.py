@@ -11,10 +11,15 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The checker of the agent docs (``CLAUDE.md``, ``AGENTS.md``, ``agent-docs/*.md``): they name only things that exist.
+"""Check the agent docs (``CLAUDE.md``, ``AGENTS.md``, ``agent-docs/*.md``): they name only things that exist, every
+agent doc has front-matter and is indexed. Prints one line per finding and exits 1 when there is any.
 
-Used by the tests of this folder through their ``doc_checker`` fixture (``conftest.py``):
-``test_agent_docs_on_cpu.py`` runs it on the real docs, ``test_doc_checker_on_cpu.py`` on a fake doc.
+    python -m treetune_scripts.check_agent_docs            # every agent doc, and the indexes
+    python -m treetune_scripts.check_agent_docs DOC.md ...  # only these docs (references and front-matter)
+
+Run by the pre-commit hook ``agent-docs`` (``.pre-commit-config.yaml``) and by
+``treetune_tests/agent_docs/test_agent_docs_on_cpu.py``; ``treetune_tests/agent_docs/test_doc_checker_on_cpu.py``
+shows on a fake doc that it catches broken references.
 
 **Citing a verl release.** The project supports several verl releases (``treetune_verl/VERL_VERSION``, default
 first). A reference to verl is checked against the files of exactly one release, whatever release this interpreter
@@ -67,6 +72,7 @@ A name that exists only in a non-default release is therefore written with its r
 
 from __future__ import annotations
 
+import argparse
 import ast
 import functools
 import importlib.util
@@ -84,7 +90,7 @@ import yaml
 
 from treetune_verl.version import DEFAULT_VERL_VERSION, SUPPORTED_VERL_VERSIONS, installed_verl_version
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 INSTALLED_VERL_DIR = Path(importlib.util.find_spec("verl").origin).parent
 RELEASES_CACHE = REPO_ROOT / ".cache" / "verl_releases"
 #: The distribution verl-cpu (package ``verl_cpu``), kept in a subfolder of the repository.
@@ -508,3 +514,84 @@ def compose_context() -> Context:
     with initialize_config_dir(config_dir=str(default_verl_config), version_base=None):
         ppo = compose(config_name="ppo_trainer")
     return Context(repo_root=REPO_ROOT, configs=(cpo, ppo))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The indexes and the command line
+# ----------------------------------------------------------------------------------------------------------------------
+
+#: Agent docs that must exist (``agent-docs/<name>``).
+REQUIRED_AGENT_DOCS = (
+    "README.md",
+    "development-guide.md",
+    "verl-framework-guide.md",
+    "ppo-trainer-lifecycle.md",
+    "actor-rollout-ref-worker.md",
+    "config-system.md",
+    "running-code.md",
+    "testing-guide.md",
+    "cpo-recipe.md",
+    "sync-warnings.md",
+)
+#: ``CLAUDE.md`` stays short: it is read at the start of every session.
+MAX_CLAUDE_MD_LINES = 130
+
+
+def agent_docs(repo_root: Path = REPO_ROOT) -> list[Path]:
+    """``agent-docs/*.md``, sorted."""
+    return sorted((repo_root / "agent-docs").glob("*.md"))
+
+
+def all_docs(repo_root: Path = REPO_ROOT) -> list[Path]:
+    """Every doc the checker reads: ``CLAUDE.md``, ``AGENTS.md`` and the agent docs."""
+    return [repo_root / "CLAUDE.md", repo_root / "AGENTS.md", *agent_docs(repo_root)]
+
+
+def index_problems(repo_root: Path = REPO_ROOT) -> list[str]:
+    """The required agent docs exist, ``agent-docs/README.md`` and ``CLAUDE.md`` index every agent doc, ``AGENTS.md``
+    points to ``CLAUDE.md``, and ``CLAUDE.md`` stays short."""
+    folder = repo_root / "agent-docs"
+    problems = [f"agent-docs/{name} is missing" for name in REQUIRED_AGENT_DOCS if not (folder / name).is_file()]
+    index = (folder / "README.md").read_text() if (folder / "README.md").is_file() else ""
+    claude = (repo_root / "CLAUDE.md").read_text()
+    for doc in agent_docs(repo_root):
+        if doc.name != "README.md" and f"{doc.name}`" not in index:
+            problems.append(f"agent-docs/README.md does not index {doc.name}")
+        if f"agent-docs/{doc.name}" not in claude:
+            problems.append(f"CLAUDE.md does not index {doc.name}")
+    if "CLAUDE.md" not in (repo_root / "AGENTS.md").read_text():
+        problems.append("AGENTS.md does not point to CLAUDE.md")
+    if len(claude.splitlines()) > MAX_CLAUDE_MD_LINES:
+        problems.append(f"CLAUDE.md has {len(claude.splitlines())} lines; keep it under {MAX_CLAUDE_MD_LINES}")
+    return problems
+
+
+def doc_problems(doc: Path, context: Context) -> list[str]:
+    """Broken references of one doc, and its missing front-matter when it is an agent doc."""
+    if not doc.is_file():
+        return [f"{doc} is missing"]
+    path = doc.resolve()
+    name = path.relative_to(REPO_ROOT).as_posix() if path.is_relative_to(REPO_ROOT) else str(doc)
+    text = path.read_text()
+    problems = check_doc_text(text, context, name=name)
+    if path.parent == REPO_ROOT / "agent-docs":
+        problems += front_matter_problems(text, name)
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check the given docs (default: every doc and the indexes); print the findings. Returns the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("docs", nargs="*", type=Path, help="docs to check (default: every agent doc and the indexes)")
+    args = parser.parse_args(argv)
+    context = compose_context()
+    problems = [] if args.docs else index_problems()
+    for doc in args.docs or all_docs():
+        problems += doc_problems(doc, context)
+    for problem in problems:
+        print(problem)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
