@@ -51,11 +51,11 @@ pass returns, rather than in ``_update_actor`` (the other seam that sees both lo
    (``algorithm.rollout_correction.bypass_mode=true``) ``old_log_probs`` *are* the rollout's log-probs;
 4. it also runs during critic warm-up steps, which never call ``_update_actor``.
 
-``fit`` calls ``_compute_old_log_prob`` once per step; recipe code may call it again (CPO's credit dump does, on
-the same batch), so only the first call of each ``global_steps`` is checked. ``_update_actor`` (both its CPO and
-its plain path in ``RayCPOTrainer`` end in the mixin's) only reports the step's verdict as metrics. A stop raises
-inside ``fit`` in the TaskRunner actor; Ray re-raises it in the driver (``ray.get`` in verl's ``run_ppo``), whose
-Hydra main prints it and exits with status 1.
+``fit`` calls ``_compute_old_log_prob`` once per step; recipe code may call it again (CPO's credit dump does, on the
+same batch), so only the first call of each ``global_steps`` is checked. ``_update_actor`` (both its CPO and its plain
+path in ``RayCPOTrainer`` end in the mixin's) only reports the step's verdict as metrics. A stop raises inside ``fit``
+in the TaskRunner actor; Ray re-raises it in the driver (``ray.get`` in verl's ``run_ppo``), whose Hydra main prints
+it and exits with status 1.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from treetune_verl.config_block import dataclass_from_block
 
 logger = logging.getLogger(__name__)
 
@@ -146,12 +146,9 @@ class RolloutHealthConfig:
         """Build from the ``treetune.rollout_health`` block (DictConfig, mapping, or None: all defaults).
 
         Raises:
-            ValueError: listing every unknown key (with the valid ones) and invalid value.
+            ValueError: one line on unknown keys (naming the valid ones), else listing every invalid value.
         """
-        problems = _block_problems(block)
-        if problems:
-            raise ValueError(_format_problems(problems))
-        return cls(**_as_dict(block))
+        return dataclass_from_block(cls, block, CONFIG_KEY)
 
     @classmethod
     def from_run_config(cls, config: Any) -> RolloutHealthConfig:
@@ -200,27 +197,6 @@ def _value_problems(values: Mapping[str, Any]) -> list[str]:
 def _run_config_block(config: Any) -> Any:
     treetune = config.get("treetune") if config is not None else None
     return treetune.get("rollout_health") if treetune is not None else None
-
-
-def _as_dict(block: Any) -> dict[str, Any]:
-    if block is None:
-        return {}
-    if isinstance(block, DictConfig):
-        return OmegaConf.to_container(block, resolve=True)
-    return dict(block)
-
-
-def _block_problems(block: Any) -> list[str]:
-    """Problems of the block's shape: not a mapping, or unknown keys."""
-    if block is None:
-        return []
-    if not (isinstance(block, Mapping) or hasattr(block, "keys")):
-        return [f"{CONFIG_KEY} must be a mapping of its keys, got {block!r}."]
-    valid = [f.name for f in fields(RolloutHealthConfig)]
-    unknown = sorted(set(map(str, block.keys())) - set(valid))
-    if unknown:
-        return [f"unknown key(s) {', '.join(unknown)} in {CONFIG_KEY}; valid keys: {', '.join(valid)}."]
-    return []
 
 
 def _is_number(value: Any) -> bool:
