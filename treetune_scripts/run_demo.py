@@ -176,9 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     overrides += [*DEMO_OVERRIDES, *hint, *prompt_set_overrides(assets_dir, output_dir, args.prompts, args.steps)]
     overrides += [f"hydra.run.dir={output_dir / 'hydra'}", *args.overrides]
 
+    from treetune_recipe.cpo.config import check_cpo_overrides
     from treetune_verl.preflight import PreflightError, check_run_config
 
     try:
+        if args.config_name == DEFAULT_CONFIG_NAME:  # an unknown cpo.* key or a refused value: one line, not Hydra's
+            check_cpo_overrides(overrides)
         config = compose_config(args.config_dir, args.config_name, overrides)
         check_run_config(config)
     except PreflightError as error:

@@ -11,23 +11,29 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""``CPOConfig``: the top-level ``cpo:`` block of the recipe config, validated at startup.
+"""``CPOConfig``: the top-level ``cpo:`` block of the recipe config as one typed object, validated at start-up.
 
 The block is top level because verl's ``ActorConfig`` rejects unknown keys. Defaults are the reference's main run
-(``seq_kl``, λ = 2, α⁺ = 0, α⁻ = 1, all tokens). The object is sent to the workers inside the loss partial, so it
-must stay a plain picklable dataclass.
+(``seq_kl``, λ = 2, α⁺ = 0, α⁻ = 1, all tokens). Its nested blocks are typed too: ``hint`` (``HintConfig``,
+``cpo.hint.*``) and ``credit_dump`` (``CreditDumpConfig``, ``cpo.credit_dump.*``); ``teacher_config``
+(``TeacherConfig``) is the teacher resolved from ``cpo.teacher``, ``cpo.teacher_refresh_steps`` and the wrapper.
+:meth:`CPOConfig.from_config` builds the whole object with ``treetune_verl.config_block.dataclass_from_block`` (an
+unknown key at any level is one error naming the valid ones); the recipe's preflight builds it on the driver before
+Ray starts and the trainer once in its ``__init__``. The object is sent to the workers inside the loss partial, so
+it stays a plain picklable dataclass.
 """
 
-import dataclasses
+from __future__ import annotations
+
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from treetune_recipe.cpo.cpo_advantage_wrappers import CPO_WRAPPERS
 from treetune_recipe.cpo.cpo_core_algos import DIFFICULTY_MODES, LOSS_POSITIONS
+from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig
+from treetune_recipe.cpo.cpo_hint import HintConfig
+from treetune_verl.config_block import check_block_overrides, dataclass_from_block
 
 #: Teachers of the hinted pass, i.e. whose log-probs of the response under the hint prompt ``gw_log_probs`` are:
 #: ``policy``: the rollout policy, scored by the actor (moves with the student every step; CPO's own reference);
@@ -41,6 +47,41 @@ TEACHERS = ("policy", "initial", "refreshed")
 PUBLISHED_TEACHERS = {"rlsd": "refreshed", "opsd_token": "initial"}
 #: Teachers scored by verl's reference-policy worker (it must exist: ``actor_rollout_ref.actor.use_kl_loss=true``).
 REFERENCE_TEACHERS = ("initial", "refreshed")
+
+
+@dataclass(frozen=True)
+class TeacherConfig:
+    """The teacher of the hinted pass, resolved (built by ``CPOConfig`` from ``cpo.teacher``,
+    ``cpo.teacher_refresh_steps`` and ``cpo.wrap_method``; the two keys stay top-level ``cpo`` keys).
+
+    Attributes:
+        name: ``policy``, ``initial`` or ``refreshed`` (see :data:`TEACHERS`).
+        source: ``cpo.teacher`` when set, else ``published setting of <wrap_method>``.
+        refresh_steps: ``refreshed``: the reference takes the actor's weights after every this many updates.
+    """
+
+    name: str
+    source: str
+    refresh_steps: int
+
+    @property
+    def on_reference_worker(self) -> bool:
+        """Whether verl's reference-policy worker scores this teacher (else the actor does)."""
+        return self.name in REFERENCE_TEACHERS
+
+    def refresh_due(self, step: int) -> bool:
+        """Whether a ``refreshed`` teacher takes the actor's weights before step ``step`` (1-based) reads it: after
+        every ``refresh_steps``-th update, i.e. at steps N+1, 2N+1, ..."""
+        return self.name == "refreshed" and step > 1 and (step - 1) % self.refresh_steps == 0
+
+    def describe(self) -> str:
+        """One line for the start-up log: where the teacher comes from and what scores it."""
+        scorer = {
+            "policy": "the actor, with the rollout policy's weights",
+            "initial": "the reference worker, the starting model held fixed",
+            "refreshed": f"the reference worker, given the actor's weights every {self.refresh_steps} steps",
+        }[self.name]
+        return f"{self.source}; scored by {scorer}"
 
 
 @dataclass
@@ -111,14 +152,19 @@ class CPOConfig:
         default=1.0,
         metadata={"help": "Sequence reward of a correct response (difficulty mask and correct/wrong metrics)."},
     )
-    hint: dict = field(
-        default_factory=dict,
-        metadata={"help": "Hint-prompt settings (owned by the hint builder; passed through unvalidated here)."},
+    hint: HintConfig = field(
+        default_factory=HintConfig,
+        metadata={"help": "The hint-guided prompt (cpo.hint.*, cpo_hint.HintConfig)."},
     )
-
-    credit_dump: dict = field(
-        default_factory=dict,
-        metadata={"help": "Token-credit dump settings (owned by cpo_credit_dump.CreditDumpConfig; off by default)."},
+    credit_dump: CreditDumpConfig = field(
+        default_factory=CreditDumpConfig,
+        metadata={"help": "Token-credit dump (cpo.credit_dump.*, cpo_credit_dump.CreditDumpConfig); off by default."},
+    )
+    teacher_config: TeacherConfig = field(
+        init=False,
+        repr=False,
+        compare=False,
+        metadata={"help": "The resolved teacher (from teacher, teacher_refresh_steps and wrap_method); not a key."},
     )
 
     def __post_init__(self):
@@ -144,17 +190,18 @@ class CPOConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"cpo.{name} must be an integer >= {low}, got {value!r}.")
-        if not isinstance(self.hint, Mapping):
-            raise ValueError(f"cpo.hint must be a mapping, got {type(self.hint).__name__}.")
-        self.hint = dict(self.hint)
-        if not isinstance(self.credit_dump, Mapping):
-            raise ValueError(f"cpo.credit_dump must be a mapping, got {type(self.credit_dump).__name__}.")
-        self.credit_dump = dict(self.credit_dump)
-
-    @property
-    def resolved_teacher(self) -> str:
-        """``teacher``, or the wrapper's published teacher when it is null (``PUBLISHED_TEACHERS``, else policy)."""
-        return self.teacher or PUBLISHED_TEACHERS.get(self.wrap_method, "policy")
+        for name, block in (("hint", HintConfig), ("credit_dump", CreditDumpConfig)):
+            if not isinstance(getattr(self, name), block):
+                raise ValueError(
+                    f"cpo.{name} must be a {block.__name__}, got {getattr(self, name)!r}; build the whole block with "
+                    "CPOConfig.from_config."
+                )
+        # cpo.teacher, or the wrapper's published teacher when it is null (PUBLISHED_TEACHERS, else policy).
+        self.teacher_config = TeacherConfig(
+            name=self.teacher or PUBLISHED_TEACHERS.get(self.wrap_method, "policy"),
+            source="cpo.teacher" if self.teacher else f"published setting of {self.wrap_method}",
+            refresh_steps=self.teacher_refresh_steps,
+        )
 
     def rlsd_lambda_at(self, step: int) -> float:
         """λ of ``rlsd`` at trainer step ``step`` (1-based): λ_t = λ·max(0, 1 - t/D), D = ``rlsd_lambda_decay_steps``;
@@ -163,40 +210,27 @@ class CPOConfig:
             return self.rlsd_lambda
         return self.rlsd_lambda * max(0.0, 1.0 - step / self.rlsd_lambda_decay_steps)
 
-    def teacher_refresh_due(self, step: int) -> bool:
-        """Whether a ``refreshed`` teacher takes the actor's weights before step ``step`` (1-based) reads it: after
-        every ``teacher_refresh_steps``-th update, i.e. at steps N+1, 2N+1, ..."""
-        return step > 1 and (step - 1) % self.teacher_refresh_steps == 0
-
     @classmethod
-    def from_config(cls, config: Mapping[str, Any] | None) -> "CPOConfig":
-        """Build from the ``cpo`` block: an OmegaConf ``DictConfig``, a plain mapping, or None (all defaults).
+    def from_config(cls, config: Any = None) -> CPOConfig:
+        """Build from the ``cpo`` block and its nested blocks: an OmegaConf node (interpolations resolved), a plain
+        mapping, or None (all defaults).
 
         Raises:
-            ValueError: on an unknown key (listing the valid ones) or an invalid value.
+            ValueError: one line, on an unknown key at any level (naming the valid ones) or an invalid value.
         """
-        if config is None:
-            return cls()
-        if isinstance(config, DictConfig):
-            config = OmegaConf.to_container(config, resolve=True)
-        if not isinstance(config, Mapping):
-            raise ValueError(f"The cpo config must be a mapping, got {type(config).__name__}.")
-        valid = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(config) - set(valid))
-        if unknown:
-            raise ValueError(f"Unknown cpo config key(s) {unknown}. Valid keys: {', '.join(valid)}.")
-        return cls(**config)
+        return dataclass_from_block(cls, config, "cpo")
 
 
-def describe_teacher(config: CPOConfig) -> str:
-    """One line for the start-up log: where the resolved teacher comes from and what scores it."""
-    source = "cpo.teacher" if config.teacher else f"published setting of {config.wrap_method}"
-    scorer = {
-        "policy": "the actor, with the rollout policy's weights",
-        "initial": "the reference worker, the starting model held fixed",
-        "refreshed": f"the reference worker, given the actor's weights every {config.teacher_refresh_steps} steps",
-    }[config.resolved_teacher]
-    return f"{source}; scored by {scorer}"
+def check_cpo_overrides(overrides: list[str]) -> None:
+    """Stop with one line on a command-line override of the ``cpo`` block that ``CPOConfig`` would refuse, before
+    Hydra composes: an unknown key (Hydra's own answer to ``cpo.x=1`` is a struct error, and ``+cpo.x=1`` composes
+    silently) or an invalid value (``cpo.teacher=x``). Arguments that are no overrides (``-m``, ``--config-name``)
+    and overrides of other blocks are ignored.
+
+    Raises:
+        PreflightError: naming the override and the block's valid keys, or the key's valid values.
+    """
+    check_block_overrides([arg for arg in overrides if not arg.startswith("-")], "cpo", CPOConfig)
 
 
 def _check_choice(name: str, value: str, valid) -> None:

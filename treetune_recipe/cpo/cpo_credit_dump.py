@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from treetune_recipe.cpo.cpo_advantage_wrappers import get_cpo_wrapper
+from treetune_verl.config_block import dataclass_from_block
 
 #: Row kinds, in the order rows are picked round-robin (difficulty label, correct?).
 ROW_KINDS = {"mixed_correct": (0, True), "mixed_wrong": (0, False), "all_wrong": (-1, False), "all_correct": (1, True)}
@@ -56,21 +57,21 @@ class CreditDumpConfig:
     max_rows: int = 32
 
     def __post_init__(self):
-        steps = tuple(self.steps or ())
-        if any(isinstance(step, bool) or not isinstance(step, int) or step < 1 for step in steps):
-            raise ValueError(f"cpo.credit_dump.steps must be a list of training steps >= 1, got {list(steps)}.")
-        object.__setattr__(self, "steps", steps)
+        steps = self.steps if self.steps is not None else ()
+        if not isinstance(steps, list | tuple) or any(
+            isinstance(step, bool) or not isinstance(step, int) or step < 1 for step in steps
+        ):
+            raise ValueError(f"cpo.credit_dump.steps must be a list of training steps >= 1, got {self.steps!r}.")
+        object.__setattr__(self, "steps", tuple(steps))
+        if self.dir is not None and not isinstance(self.dir, str):
+            raise ValueError(f"cpo.credit_dump.dir must be a folder path or null, got {self.dir!r}.")
         if not isinstance(self.max_rows, int) or self.max_rows < 1:
             raise ValueError(f"cpo.credit_dump.max_rows must be an integer >= 1, got {self.max_rows!r}.")
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None) -> CreditDumpConfig:
-        config = dict(config or {})
-        known = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(config) - known)
-        if unknown:
-            raise ValueError(f"Unknown cpo.credit_dump key(s) {unknown}; valid keys: {sorted(known)}.")
-        return cls(**config)
+        """Build from the ``cpo.credit_dump`` block (``CPOConfig`` builds it as part of the ``cpo`` block)."""
+        return dataclass_from_block(cls, config, "cpo.credit_dump")
 
     def output_dir(self, default_local_dir: str) -> Path:
         """``dir``, or ``<trainer.default_local_dir>/credit_dump`` when null."""
@@ -172,7 +173,7 @@ def build_dump(batch, hint_batch, entropy: torch.Tensor, tokenizer, cpo_config, 
         "version": DUMP_VERSION,
         "step": step,
         "wrap_method": cpo_config.wrap_method,
-        "teacher": cpo_config.resolved_teacher,
+        "teacher": cpo_config.teacher_config.name,
         "pos_alpha": cpo_config.pos_alpha,
         "neg_alpha": cpo_config.neg_alpha,
         "success_value": cpo_config.success_value,
@@ -184,7 +185,7 @@ def build_dump(batch, hint_batch, entropy: torch.Tensor, tokenizer, cpo_config, 
 
 def maybe_dump_credit(trainer, batch, hint_batch) -> Path | None:
     """The trainer hook: at a listed step, write ``step_<N>.json``; otherwise return at once (no work)."""
-    dump_config: CreditDumpConfig = trainer.credit_dump_config
+    dump_config: CreditDumpConfig = trainer.cpo_config.credit_dump
     step = int(trainer.global_steps)
     if step not in dump_config.steps:
         return None

@@ -51,6 +51,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from verl import DataProto
 
+from treetune_verl.config_block import dataclass_from_block
+
 DEFAULT_SYSTEM = "You are a helpful assistant."
 
 DEFAULT_USER_TEMPLATE = r"""Problem:
@@ -88,7 +90,7 @@ class HintConfig:
     )
     solution_key: str = _config_field("solution", "extra_info key with the gold solution shown in the hint prompt.")
     system: str | None = _config_field(DEFAULT_SYSTEM, "System message of the hint prompt; null or '' = none.")
-    user_template: str = _config_field(
+    user_template: str | None = _config_field(
         DEFAULT_USER_TEMPLATE,
         "User message; null = DEFAULT_USER_TEMPLATE. Only {question} and {solution} are substituted; every other "
         "brace is literal (\\boxed{}).",
@@ -115,6 +117,8 @@ class HintConfig:
     )
 
     def __post_init__(self):
+        if self.user_template is None:  # null = the built-in wording
+            object.__setattr__(self, "user_template", DEFAULT_USER_TEMPLATE)
         for key in ("max_prompt_length", "max_prompt_length_margin"):
             value = getattr(self, key)
             if (value is not None or key.endswith("margin")) and (
@@ -145,21 +149,9 @@ class HintConfig:
 
     @classmethod
     def from_config(cls, config: Any = None) -> HintConfig:
-        """Build from a dict, an OmegaConf node, a ``HintConfig`` or None (all defaults); unknown keys are an error."""
-        if config is None:
-            return cls()
-        if isinstance(config, cls):
-            return config
-        config = _plain(config)
-        if not isinstance(config, Mapping):
-            raise TypeError(f"cpo.hint must be a mapping, got {type(config).__name__}.")
-        if "user_template" in config and config["user_template"] is None:  # null = the built-in wording
-            config = {key: value for key, value in config.items() if key != "user_template"}
-        known = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(config) - known)
-        if unknown:
-            raise ValueError(f"Unknown cpo.hint key(s) {unknown}; valid keys: {sorted(known)}.")
-        return cls(**config)
+        """Build from the ``cpo.hint`` block (dict, OmegaConf node, ``HintConfig`` or None: all defaults); an unknown
+        key is an error naming the valid ones. ``CPOConfig`` builds it as part of the ``cpo`` block."""
+        return dataclass_from_block(cls, config, "cpo.hint")
 
     def chat_messages(self, question: str, solution: str) -> list[dict[str, str]]:
         """The hint prompt's chat messages: the system message (if set), then the filled user template."""

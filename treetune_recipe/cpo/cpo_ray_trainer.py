@@ -47,13 +47,13 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
-from treetune_recipe.cpo.config import REFERENCE_TEACHERS, CPOConfig, describe_teacher
+from treetune_recipe.cpo.config import REFERENCE_TEACHERS, CPOConfig
 from treetune_recipe.cpo.cpo_advantage_wrappers import log_ratio, mutual_information, rows_reading_hint
 from treetune_recipe.cpo.cpo_core_algos import compute_difficulty_mask  # importing registers the "cpo" estimator
-from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig, maybe_dump_credit
-from treetune_recipe.cpo.cpo_hint import HintConfig, build_hint_batch
+from treetune_recipe.cpo.cpo_credit_dump import maybe_dump_credit
+from treetune_recipe.cpo.cpo_hint import build_hint_batch
 from treetune_recipe.cpo.cpo_loss import cpo_ppo_loss
-from treetune_recipe.cpo.preflight import check_cpo_config, cpo_is_enabled
+from treetune_recipe.cpo.preflight import cpo_is_enabled
 from treetune_verl.patches import request_entropy_in_actor_updates
 from treetune_verl.rollout_health import RolloutHealthMixin
 from treetune_verl.run_folder import CompleteCheckpointsMixin
@@ -73,16 +73,16 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.cpo_enabled = cpo_is_enabled(self.config)
+        # The typed cpo block, built once: the driver's preflight (check_cpo_run) checked the same config before Ray
+        # started; this runs in the TaskRunner actor. A GRPO run of the recipe reads its success_value too.
+        self.cpo_config = CPOConfig.from_config(self.config.get("cpo"))
         if self.cpo_enabled:
-            check_cpo_config(self.config)
-            self.cpo_config = CPOConfig.from_config(self.config.cpo)
-            self.hint_config = HintConfig.from_config(self.cpo_config.hint).resolve(self.config.data.max_prompt_length)
-            self.credit_dump_config = CreditDumpConfig.from_config(self.cpo_config.credit_dump)
-            self.teacher = self.cpo_config.resolved_teacher
+            self.hint_config = self.cpo_config.hint.resolve(self.config.data.max_prompt_length)
+            self.teacher = self.cpo_config.teacher_config.name
             # Updates seen by the weights a refreshed teacher holds (None until the first reference pass).
             self.teacher_weights_step: int | None = None
             self.teacher_refreshed_this_step = False
-            print(f"[cpo] teacher of the hinted pass: {self.teacher} ({describe_teacher(self.cpo_config)})")
+            print(f"[cpo] teacher of the hinted pass: {self.teacher} ({self.cpo_config.teacher_config.describe()})")
 
     def init_workers(self):
         super().init_workers()
@@ -116,7 +116,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
 
         # A credit-dump step scores every row under the hint, so the dump shows the real δ of each response it keeps
         # (the shaped advantages are the same either way: cpo_advantage_wrappers.rows_reading_hint).
-        dump_step = self.global_steps in self.credit_dump_config.steps
+        dump_step = self.global_steps in self.cpo_config.credit_dump.steps
         gw_log_probs, scored_rows, hint_metrics, hint_batch = self._hint_log_probs(
             batch, seq_rewards, difficulty, timing, score_all=dump_step
         )
@@ -287,7 +287,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
                     f"[cpo] resumed at step {self.global_steps}: the reference weights are the starting model's "
                     "(verl does not checkpoint them); the refreshed teacher takes the resumed actor's weights now."
                 )
-            if resumed or self.cpo_config.teacher_refresh_due(self.global_steps):
+            if resumed or self.cpo_config.teacher_config.refresh_due(self.global_steps):
                 # SYNC WARNING: treetune_verl/reference_refresh.py relies on the fused ActorRolloutRefWorker
                 self.actor_rollout_wg.copy_actor_weights_to_reference()
                 self.teacher_weights_step = self.global_steps - 1
@@ -310,7 +310,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         """Shares of the batch's responses in all-wrong and all-correct prompt groups (``uid``) and of correct ones,
         for every estimator (GRPO too), whatever ``cpo.difficulty_mode``: a group of equal ±1 rewards has GRPO
         advantage 0, so ``cpo/group_all_wrong_frac`` is the share of responses a hint-free method cannot learn from."""
-        success_value = CPOConfig.from_config(self.config.get("cpo")).success_value
+        success_value = self.cpo_config.success_value
         labels = compute_difficulty_mask(seq_rewards, batch.non_tensor_batch["uid"], success_value=success_value)
         return {
             "cpo/group_all_wrong_frac": (labels == -1).float().mean().item(),

@@ -17,8 +17,12 @@
     python -m treetune_recipe.cpo.main_cpo platform=cpu ...                       # CPU backend profile
     python -m treetune_recipe.cpo.main_cpo -m cpo.wrap_method=seq_kl,mi3 ...      # sweep, one job after another
 
-Any verl override works: the config inherits verl's ``ppo_trainer``.
+Any verl override works: the config inherits verl's ``ppo_trainer``. A ``cpo.*`` override of a key the block does
+not have (``cpo.x=1``, ``+cpo.x=1``) or of a value it refuses (``cpo.teacher=x``) stops before Hydra composes, with
+one line naming the valid keys or values; every other start-up problem stops before Ray, without a traceback.
 """
+
+import sys
 
 import hydra
 import ray
@@ -26,8 +30,9 @@ from verl.experimental.reward_loop import migrate_legacy_reward_impl
 from verl.trainer.main_ppo import run_ppo
 from verl.utils.device import auto_set_device
 
+from treetune_recipe.cpo.config import check_cpo_overrides
 from treetune_recipe.cpo.preflight import check_cpo_run
-from treetune_verl.preflight import check_run_config
+from treetune_verl.preflight import PreflightError, check_run_config
 from treetune_verl.run_folder import RearmSigterm, exit_on_sigterm, prepare_run_folder, shutdown_ray
 
 
@@ -35,8 +40,11 @@ from treetune_verl.run_folder import RearmSigterm, exit_on_sigterm, prepare_run_
 def main(config) -> None:
     auto_set_device(config)
     config = migrate_legacy_reward_impl(config)
-    check_run_config(config)
-    check_cpo_run(config)
+    try:
+        check_run_config(config)
+        check_cpo_run(config)
+    except ValueError as error:  # every start-up check raises one (PreflightError is one) saying what to change
+        sys.exit(f"[cpo] {error}")
 
     from treetune_recipe.cpo.cpo_task_runner import CPOTaskRunner
 
@@ -51,5 +59,14 @@ def main(config) -> None:
             shutdown_ray()
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """``python -m treetune_recipe.cpo.main_cpo``: the check of the ``cpo.*`` overrides, then Hydra's :func:`main`."""
+    try:
+        check_cpo_overrides(sys.argv[1:])
+    except PreflightError as error:
+        sys.exit(f"[cpo] {error}")
     main()
+
+
+if __name__ == "__main__":
+    cli()

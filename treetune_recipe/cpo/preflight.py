@@ -15,18 +15,17 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 
-from treetune_recipe.cpo.config import REFERENCE_TEACHERS, CPOConfig
-from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig
+from treetune_recipe.cpo.config import CPOConfig
 from treetune_recipe.cpo.cpo_hint import HintConfig, hint_question, hint_solution, shortest_hint_prompt_lengths
+from treetune_verl.preflight import PreflightError
 from treetune_verl.rollout_health import RolloutHealthConfig
 from treetune_verl.verl_compat import uses_engine_workers
 
 CPO_ESTIMATOR = "cpo"
-DEFAULT_QUESTION_KEY = next(f.default for f in dataclasses.fields(HintConfig) if f.name == "question_key")
+DEFAULT_QUESTION_KEY = HintConfig().question_key
 
 
 def cpo_is_enabled(config) -> bool:
@@ -37,43 +36,52 @@ def cpo_is_enabled(config) -> bool:
 def check_trainer_path(config) -> None:
     """The recipe's trainer, ``RayCPOTrainer``, is a ``RayPPOTrainer`` on engine workers: verl's v0 trainer path."""
     if config.trainer.get("use_v1", False):
-        raise ValueError(
+        raise PreflightError(
             "trainer.use_v1=true selects verl's v1 trainer (PPOTrainerSync on TransferQueue), which this recipe does "
             "not support yet: RayCPOTrainer runs on the v0 path (RayPPOTrainer). Set trainer.use_v1=false (the "
             "recipe's default)."
         )
     if not uses_engine_workers(config):
-        raise ValueError(
+        raise PreflightError(
             "The recipe runs on verl's engine workers; got trainer.use_legacy_worker_impl="
             f"{config.trainer.get('use_legacy_worker_impl', 'auto')}. Set trainer.use_legacy_worker_impl=disable."
         )
 
 
-def check_cpo_config(config) -> None:
-    """Reject configurations the recipe cannot run with (no I/O)."""
+def check_cpo_config(config) -> CPOConfig:
+    """Reject configurations the recipe cannot run with (no I/O); return the run's ``CPOConfig``.
+
+    The ``cpo`` block is built and checked whatever the estimator (a GRPO run of the recipe reads its
+    ``success_value``); the checks of what CPO itself needs run only with ``algorithm.adv_estimator=cpo``.
+
+    Raises:
+        PreflightError: one line per problem, naming the override that fixes it.
+    """
     check_trainer_path(config)
+    try:
+        cpo_config = CPOConfig.from_config(config.get("cpo"))  # every cpo.* key and value, nested blocks included
+    except ValueError as error:
+        raise PreflightError(str(error)) from None
     if not cpo_is_enabled(config):
-        return
+        return cpo_config
     if config.get("cpo") is None:
-        raise ValueError("algorithm.adv_estimator=cpo needs the top-level `cpo:` block (use config cpo_trainer).")
+        raise PreflightError("algorithm.adv_estimator=cpo needs the top-level `cpo:` block (use config cpo_trainer).")
     if not config.actor_rollout_ref.actor.get("calculate_entropy", False):
-        raise ValueError(
+        raise PreflightError(
             "CPO advantage wrappers read the current-policy token entropy; "
             "set actor_rollout_ref.actor.calculate_entropy=true."
         )
-    cpo_config = CPOConfig.from_config(config.cpo)  # validates every cpo.* key
-    HintConfig.from_config(cpo_config.hint)
-    CreditDumpConfig.from_config(cpo_config.credit_dump)
     check_teacher_worker(config, cpo_config)
+    return cpo_config
 
 
 def check_teacher_worker(config, cpo_config: CPOConfig) -> None:
     """A teacher read from verl's reference-policy worker needs that worker, which verl creates only for a KL term."""
-    teacher = cpo_config.resolved_teacher
+    teacher = cpo_config.teacher_config.name
     # SYNC WARNING: verl/trainer/ppo/utils.py:need_reference_policy (use_kl_in_reward or actor.use_kl_loss)
     has_reference = config.algorithm.get("use_kl_in_reward", False) or config.actor_rollout_ref.actor.use_kl_loss
-    if teacher in REFERENCE_TEACHERS and not has_reference:
-        raise ValueError(
+    if cpo_config.teacher_config.on_reference_worker and not has_reference:
+        raise PreflightError(
             f"cpo.teacher resolves to {teacher!r} (cpo.wrap_method={cpo_config.wrap_method}, cpo.teacher="
             f"{cpo_config.teacher}), which the reference-policy worker scores, but this config has none: verl creates "
             "it only with actor_rollout_ref.actor.use_kl_loss=true or algorithm.use_kl_in_reward=true. Set "
@@ -85,14 +93,14 @@ def check_teacher_worker(config, cpo_config: CPOConfig) -> None:
     # without its adapter, no model of its own)
     lora = (model.get("lora") or {}).get("rank", 0) > 0 or model.get("lora_rank", 0) > 0
     if teacher == "refreshed" and (lora or model.get("lora_adapter_path") is not None):
-        raise ValueError(
+        raise PreflightError(
             "cpo.teacher=refreshed overwrites the reference model with the actor's weights, but with LoRA the "
             "reference is the actor without its adapter (no model of its own to overwrite). Use cpo.teacher=initial "
             "or policy."
         )
 
 
-def check_cpo_run(config, tokenizer=None) -> None:
+def check_cpo_run(config, tokenizer=None) -> CPOConfig:
     """``check_cpo_config`` plus every check of the data files, before Ray starts.
 
     - verl's RL parquet layout on the train and validation files (every bad row listed; validation files need no
@@ -107,33 +115,40 @@ def check_cpo_run(config, tokenizer=None) -> None:
         config: the composed run config.
         tokenizer: the actor's tokenizer; loaded from ``actor_rollout_ref.model.path`` when a check needs it.
 
+    Returns:
+        the run's ``CPOConfig`` (built once here; the trainer rebuilds it once in its Ray actor).
+
     Raises:
-        ValueError: listing every problem found, each naming the key, the value and the fix.
+        PreflightError: (a ``ValueError``) listing every problem found, each naming the key, the value and the fix.
     """
     from treetune_verl.data.rl_schema import check_rl_files, overlong_prompt_problems
 
-    check_cpo_config(config)
-    RolloutHealthConfig.from_run_config(config)  # RayCPOTrainer's guard, for every estimator: same error, before Ray
+    cpo_config = check_cpo_config(config)
+    try:  # RayCPOTrainer's guard, for every estimator: the error it would raise in its actor, before Ray
+        RolloutHealthConfig.from_run_config(config)
+    except ValueError as error:
+        raise PreflightError(str(error)) from None
     train = check_rl_files(config.data.train_files, require_solution=False, what="data.train_files")
     val = check_rl_files(config.data.val_files, require_solution=False, what="data.val_files", require_ability=False)
     data = config.data
     chat_kwargs = data.get("apply_chat_template_kwargs", None)
     check_lengths = not data.get("filter_overlong_prompts", False) and data.get("truncation", "error") == "error"
     if not (train or val) or not (check_lengths or cpo_is_enabled(config)):
-        return
+        return cpo_config
     tokenizer = tokenizer if tokenizer is not None else _load_tokenizer(config)
     problems = []
     if tokenizer is not None and check_lengths:
         for what, frames in (("data.train_files", train), ("data.val_files", val)):
             problems += overlong_prompt_problems(frames, tokenizer, int(data.max_prompt_length), what, chat_kwargs)
     if cpo_is_enabled(config):
-        hint = HintConfig.from_config(config.cpo.get("hint")).resolve(data.max_prompt_length)
+        hint = cpo_config.hint.resolve(data.max_prompt_length)
         problems += _hint_data_problems(train, hint, tokenizer, chat_kwargs)
     if problems:
-        raise ValueError(
+        raise PreflightError(
             f"CPO start-up check found {len(problems)} problem(s) in the data:\n"
             + "\n".join(f"  - {problem}" for problem in problems)
         )
+    return cpo_config
 
 
 def _load_tokenizer(config):

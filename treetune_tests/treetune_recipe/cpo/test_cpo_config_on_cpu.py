@@ -20,12 +20,15 @@ import pytest
 from omegaconf import OmegaConf
 
 from treetune_recipe.cpo.config import CPOConfig
+from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig
+from treetune_recipe.cpo.cpo_hint import DEFAULT_USER_TEMPLATE, HintConfig
 
 
 def test_defaults_are_the_reference_main_run():
     cfg = CPOConfig()
     assert (cfg.wrap_method, cfg.cpo_lambda, cfg.pos_alpha, cfg.neg_alpha) == ("seq_kl", 2.0, 0.0, 1.0)
-    assert (cfg.loss_position, cfg.difficulty_mode, cfg.success_value, cfg.hint) == ("all", "group", 1.0, {})
+    assert (cfg.loss_position, cfg.difficulty_mode, cfg.success_value) == ("all", "group", 1.0)
+    assert (cfg.hint, cfg.credit_dump, cfg.teacher_config.name) == (HintConfig(), CreditDumpConfig(), "policy")
     assert all(f.metadata.get("help") for f in dataclasses.fields(CPOConfig))
 
 
@@ -33,13 +36,22 @@ def test_from_omegaconf_block_with_nested_hint_and_interpolation():
     root = OmegaConf.create(
         {
             "lam": 3,
-            "cpo": {"wrap_method": "mi3", "cpo_lambda": "${lam}", "neg_alpha": 0.1, "hint": {"template": "x", "n": 2}},
+            "margin": 7,
+            "cpo": {
+                "wrap_method": "mi3",
+                "cpo_lambda": "${lam}",
+                "neg_alpha": 0.1,
+                "hint": {"on_missing": "skip", "max_prompt_length_margin": "${margin}", "user_template": None},
+                "credit_dump": {"steps": [2, 4]},
+            },
         }
     )
     cfg = CPOConfig.from_config(root.cpo)
     assert cfg.wrap_method == "mi3" and cfg.neg_alpha == 0.1 and cfg.pos_alpha == 0.0
     assert cfg.cpo_lambda == 3.0 and isinstance(cfg.cpo_lambda, float)
-    assert cfg.hint == {"template": "x", "n": 2} and type(cfg.hint) is dict
+    assert cfg.hint == HintConfig(on_missing="skip", max_prompt_length_margin=7)
+    assert cfg.hint.user_template == DEFAULT_USER_TEMPLATE  # null = the built-in wording
+    assert cfg.credit_dump == CreditDumpConfig(steps=(2, 4))
 
 
 def test_from_dict_and_none():
@@ -48,8 +60,9 @@ def test_from_dict_and_none():
 
 
 def test_pickles_by_value():
-    cfg = CPOConfig(wrap_method="tok_kl", hint={"a": 1})
-    assert pickle.loads(pickle.dumps(cfg)) == cfg
+    cfg = CPOConfig.from_config({"wrap_method": "rlsd", "hint": {"rescore": "all"}, "credit_dump": {"steps": [1]}})
+    copy = pickle.loads(pickle.dumps(cfg))
+    assert copy == cfg and copy.hint.rescore == "all" and copy.teacher_config == cfg.teacher_config
 
 
 def test_null_alpha_is_allowed_and_disables_the_branch():
@@ -76,9 +89,22 @@ def test_null_alpha_is_allowed_and_disables_the_branch():
         ({"cpo_lambda": True}, r"cpo.cpo_lambda must be a number"),
         ({"cpo_lambda": None}, r"cpo.cpo_lambda must be a number"),
         ({"hint": [1, 2]}, r"cpo.hint must be a mapping"),
-        ({"wrap_methd": "mi"}, r"Unknown cpo config key\(s\) \['wrap_methd'\]. Valid keys: wrap_method, "),
+        ({"wrap_methd": "mi"}, r"^Unknown cpo key\(s\) \['wrap_methd'\]; valid keys: wrap_method, .*, credit_dump\.$"),
+        (
+            {"hint": {"solution_keys": "x"}},
+            r"^Unknown cpo.hint key\(s\) \['solution_keys'\]; valid keys: question_key, ",
+        ),
+        ({"credit_dump": {"step": [1]}}, r"^Unknown cpo.credit_dump key\(s\) \['step'\]; valid keys: steps, dir, "),
+        ({"credit_dump": {"steps": 3}}, r"cpo.credit_dump.steps must be a list of training steps >= 1, got 3"),
+        ({"teacher_config": {}}, r"^Unknown cpo key\(s\) \['teacher_config'\]"),  # derived, not a key
     ],
 )
 def test_invalid_values_raise_a_clear_error(overrides, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message) as raised:
         CPOConfig.from_config(overrides)
+    assert "\n" not in str(raised.value)
+
+
+def test_a_nested_block_is_typed_not_a_dict():
+    with pytest.raises(ValueError, match="cpo.hint must be a HintConfig"):
+        CPOConfig(hint={"rescore": "all"})

@@ -51,7 +51,9 @@ def test_off_steps_cost_nothing():
         raise AssertionError("no extra forward pass at an unlisted step")
 
     trainer = SimpleNamespace(
-        credit_dump_config=CreditDumpConfig(steps=(3,)), global_steps=2, _compute_old_log_prob=forbidden
+        cpo_config=CPOConfig.from_config({"credit_dump": {"steps": [3]}}),
+        global_steps=2,
+        _compute_old_log_prob=forbidden,
     )
     assert maybe_dump_credit(trainer, batch=None, hint_batch=None) is None
 

@@ -369,7 +369,7 @@ def test_hint_config_from_config_resolve_and_validation():
         HintConfig(max_prompt_length=0)
     with pytest.raises(ValueError, match="margin"):
         HintConfig(max_prompt_length_margin=-1)
-    with pytest.raises(TypeError, match="mapping"):
+    with pytest.raises(ValueError, match="cpo.hint must be a mapping"):
         HintConfig.from_config(["on_missing"])
 
 

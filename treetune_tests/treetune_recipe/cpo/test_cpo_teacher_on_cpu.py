@@ -19,7 +19,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME
-from treetune_recipe.cpo.config import CPOConfig, describe_teacher
+from treetune_recipe.cpo.config import CPOConfig
 from treetune_recipe.cpo.preflight import check_cpo_config
 from treetune_verl.reference_refresh import copy_parameters
 
@@ -42,9 +42,10 @@ def compose_cpo(*overrides):
     ],
 )
 def test_null_teacher_is_the_published_setting_and_an_explicit_one_wins(wrap_method, teacher, resolved):
-    config = CPOConfig(wrap_method=wrap_method, teacher=teacher)
-    assert config.resolved_teacher == resolved
-    assert ("cpo.teacher" in describe_teacher(config)) == (teacher is not None)
+    teacher_config = CPOConfig(wrap_method=wrap_method, teacher=teacher).teacher_config
+    assert teacher_config.name == resolved
+    assert teacher_config.on_reference_worker == (resolved != "policy")
+    assert ("cpo.teacher" in teacher_config.describe()) == (teacher is not None)
 
 
 def test_rlsd_lambda_falls_linearly_to_zero_at_the_decay_step():
@@ -58,10 +59,11 @@ def test_rlsd_lambda_falls_linearly_to_zero_at_the_decay_step():
 
 
 def test_a_refreshed_teacher_is_refreshed_after_every_n_th_update():
-    config = CPOConfig(teacher="refreshed", teacher_refresh_steps=20)
-    assert [step for step in range(1, 70) if config.teacher_refresh_due(step)] == [21, 41, 61]
-    every_step = CPOConfig(teacher="refreshed", teacher_refresh_steps=1)
-    assert [step for step in range(1, 5) if every_step.teacher_refresh_due(step)] == [2, 3, 4]
+    config = CPOConfig(teacher="refreshed", teacher_refresh_steps=20).teacher_config
+    assert [step for step in range(1, 70) if config.refresh_due(step)] == [21, 41, 61]
+    every_step = CPOConfig(teacher="refreshed", teacher_refresh_steps=1).teacher_config
+    assert [step for step in range(1, 5) if every_step.refresh_due(step)] == [2, 3, 4]
+    assert not any(CPOConfig(teacher="initial", teacher_refresh_steps=1).teacher_config.refresh_due(s) for s in (2, 3))
 
 
 @pytest.mark.parametrize(
