@@ -51,11 +51,12 @@ pass returns, rather than in ``_update_actor`` (the other seam that sees both lo
    (``algorithm.rollout_correction.bypass_mode=true``) ``old_log_probs`` *are* the rollout's log-probs;
 4. it also runs during critic warm-up steps, which never call ``_update_actor``.
 
-``fit`` calls ``_compute_old_log_prob`` once per step; recipe code may call it again (CPO's credit dump does, on the
-same batch), so only the first call of each ``global_steps`` is checked. ``_update_actor`` (both its CPO and its plain
-path in ``RayCPOTrainer`` end in the mixin's) only reports the step's verdict as metrics. A stop raises inside ``fit``
-in the TaskRunner actor; Ray re-raises it in the driver (``ray.get`` in verl's ``run_ppo``), whose Hydra main prints
-it and exits with status 1.
+``fit`` calls ``_compute_old_log_prob`` once per step; a recipe's extra passes go through
+``treetune_verl.second_log_prob.score_batch`` instead (CPO's hinted pass and credit dump do), and should one call it
+again, only the first call of each ``global_steps`` is checked. ``_update_actor`` (both its CPO and its plain path in
+``RayCPOTrainer`` end in the mixin's) only reports the step's verdict as metrics. A stop raises inside ``fit`` in the
+TaskRunner actor; Ray re-raises it in the driver (``ray.get`` in verl's ``run_ppo``), whose Hydra main prints it and
+exits with status 1.
 """
 
 from __future__ import annotations

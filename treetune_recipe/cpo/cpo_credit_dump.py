@@ -23,7 +23,8 @@ its text and id, ``o`` (``old_log_probs``), ``g`` (``gw_log_probs``, from the ru
 
 The wrapper needs the token entropy; the loss uses the current policy's entropy of each update micro-batch, which the
 driver never sees. The dump recomputes the entropy with one extra forward pass of the actor on the plain batch
-(before the update, so it is the old policy's; identical to the loss's for the first mini-batch of the first epoch).
+(``treetune_verl.second_log_prob.score_batch``, the old-log-prob pass's request with the entropy; before the update,
+so it is the old policy's; identical to the loss's for the first mini-batch of the first epoch).
 At a listed step the trainer also scores every row under the hint (as ``cpo.hint.rescore=all`` would), so the dump
 shows the real ``δ`` of each response it keeps. These passes and the file are the whole cost, paid only at the
 listed steps: with ``steps: []`` (default) nothing runs. ``treetune_scripts/credit_report.py`` turns the files into
@@ -42,6 +43,7 @@ import torch
 
 from treetune_recipe.cpo.cpo_advantage_wrappers import get_cpo_wrapper
 from treetune_verl.config_block import dataclass_from_block
+from treetune_verl.second_log_prob import score_batch
 
 #: Row kinds, in the order rows are picked round-robin (difficulty label, correct?).
 ROW_KINDS = {"mixed_correct": (0, True), "mixed_wrong": (0, False), "all_wrong": (-1, False), "all_correct": (1, True)}
@@ -189,9 +191,8 @@ def maybe_dump_credit(trainer, batch, hint_batch) -> Path | None:
     step = int(trainer.global_steps)
     if step not in dump_config.steps:
         return None
-    # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._compute_old_log_prob returns entropys (engine path)
-    old_pass, _ = trainer._compute_old_log_prob(batch)
-    entropy = old_pass.batch["entropys"].to(batch.batch["response_mask"].device)
+    # The old policy's entropy on the plain batch: the actor's second pass of the step, as its old-log-prob pass.
+    entropy = score_batch(trainer, batch, on="actor", entropy=True).entropy.to(batch.batch["response_mask"].device)
     dump = build_dump(batch, hint_batch, entropy, trainer.tokenizer, trainer.cpo_config, step, dump_config.max_rows)
     out_dir = dump_config.output_dir(trainer.config.trainer.default_local_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -40,12 +40,9 @@ from functools import partial
 import numpy as np
 import torch
 from verl import DataProto
-from verl.protocol import pad_dataproto_to_divisor
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
-from verl.utils import tensordict_utils as tu
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
-from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
 from treetune_recipe.cpo.config import REFERENCE_TEACHERS, CPOConfig
 from treetune_recipe.cpo.cpo_advantage_wrappers import log_ratio, mutual_information, rows_reading_hint
@@ -57,6 +54,7 @@ from treetune_recipe.cpo.preflight import cpo_is_enabled
 from treetune_verl.patches import request_entropy_in_actor_updates
 from treetune_verl.rollout_health import RolloutHealthMixin
 from treetune_verl.run_folder import CompleteCheckpointsMixin
+from treetune_verl.second_log_prob import score_batch
 
 #: The metric set to 1 for the run's teacher, one name per teacher (``cpo.teacher``).
 TEACHER_METRICS = {
@@ -209,67 +207,12 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         return gw_log_probs, scored_rows, {**metrics, **build_metrics}, hint_batch
 
     def _score_hint_batch(self, hint_batch: DataProto) -> torch.Tensor:
-        """Log-probs ``[N, T]`` of the hint batch's responses under the run's teacher (``cpo.teacher``), through the
-        pass verl runs on the plain batch for that model: the old-log-prob pass (``policy``: the actor) or the
-        reference pass (``initial``/``refreshed``: the reference worker, or the actor without its LoRA adapter when
-        the reference lives in the actor).
-
-        The pass keeps that model's batching knobs (dynamic batch size and token budget, or fixed micro-batches),
-        exactly as for the plain batch, and like it sends the rows without padding, so that its cost follows the
-        tokens scored. The batch is padded with repeats of its first rows to a multiple of the data-parallel size
-        (times the log-prob micro-batch size without dynamic batch size) and, with ``trainer.balance_batch``, its
-        rows are spread over the DP ranks by token count, as ``fit`` does. Unlike the old-log-prob pass it asks for no
-        entropy (the wrappers read the plain pass's), and with the parameters resident (FSDP without
-        ``param_offload``) it skips the engine's offload switch.
-        """
-        actor_rollout_ref = self.config.actor_rollout_ref
-        on_reference = self.teacher in REFERENCE_TEACHERS and not self.ref_in_actor
-        # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._compute_ref_log_prob (reference worker on mesh
-        # "ref", its own log-prob knobs; a reference inside the actor is the actor with no_lora_adapter)
-        if on_reference:
-            worker_group, mesh, model = self.ref_policy_wg, "ref", actor_rollout_ref.ref
-            dynamic_bsz = model.log_prob_use_dynamic_bsz
-            micro_batch_size = model.log_prob_micro_batch_size_per_gpu
-        else:
-            worker_group, mesh, model = self.actor_rollout_wg, "actor", actor_rollout_ref.actor
-            dynamic_bsz = model.use_dynamic_bsz
-            micro_batch_size = actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu
-        # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._get_dp_size (dispatch info of the mesh)
-        dp_size = self._get_dp_size(worker_group, mesh)
-        divisor = dp_size
-        if not dynamic_bsz:
-            # SYNC WARNING: verl/workers/engine/utils.py:prepare_micro_batches (fixed micro-batches must divide a rank)
-            divisor *= micro_batch_size
-        padded, _ = pad_dataproto_to_divisor(hint_batch, divisor)
-        # SYNC WARNING: verl/protocol.py:pad_dataproto_to_divisor returns its input itself when no row is needed, and
-        # DataProto.reorder (used by _balance_batch) works in place: balance a shallow copy, never the caller's batch.
-        padded = DataProto(
-            batch=padded.batch.copy(), non_tensor_batch=dict(padded.non_tensor_batch), meta_info=dict(padded.meta_info)
-        )
-        padded.batch["cpo_hint_row"] = torch.arange(len(padded))
-        if self.config.trainer.balance_batch and dp_size > 1:
-            # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._balance_batch reorders in place
-            self._balance_batch(padded, metrics={})
-        row = padded.batch.pop("cpo_hint_row")
-        # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._compute_old_log_prob (steps 1-4 of the engine
-        # path: tensordict, no padding, request flags, back to padding)
-        request = left_right_2_no_padding(padded.to_tensordict())
-        # Only the log-probs: no entropy, and no sum of squared probabilities (verl 0.9.1's optional output).
-        tu.assign_non_tensor(request, calculate_entropy=False, calculate_sum_pi_squared=False, compute_loss=False)
-        if self.teacher in REFERENCE_TEACHERS and self.ref_in_actor:
-            tu.assign_non_tensor(request, no_lora_adapter=True)
-        if model.strategy in ("fsdp", "fsdp2") and not model.fsdp_config.get("param_offload", False):
-            # SYNC WARNING: verl/workers/engine/base.py:BaseEngineCtx._context_switch
-            # With resident parameters the engine's eval-mode switch only runs gc.collect(); the plain pass of this
-            # step has just paid for it.
-            tu.assign_non_tensor(request, disable_auto_offload=True)
-        if on_reference:
-            output = worker_group.compute_ref_log_prob(request)
-        else:
-            output = worker_group.compute_log_prob(request)
-        log_probs = torch.empty_like(padded.batch["responses"], dtype=torch.float32)
-        log_probs[row] = no_padding_2_padding(tu.get(output, "log_probs"), request).float()
-        return log_probs[: len(hint_batch)]
+        """Log-probs ``[N, T]`` of the hint batch's responses under the run's teacher (``cpo.teacher``): the actor
+        (``policy``) or verl's reference model (``initial``/``refreshed``; with LoRA the actor without its adapter),
+        scored as verl's old-log-prob pass scores the plain batch, without the entropy (the wrappers read the plain
+        pass's): ``treetune_verl.second_log_prob.score_batch``."""
+        on = "reference" if self.teacher in REFERENCE_TEACHERS else "actor"
+        return score_batch(self, hint_batch, on=on).log_probs
 
     def _compute_ref_log_prob(self, batch: DataProto) -> DataProto:
         """verl's reference pass, after refreshing a ``refreshed`` teacher whose refresh is due this step.

@@ -11,9 +11,9 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Import direction of the library: code the recipes run at start-up never imports a script, the overlay builds on
-verl-cpu and never the other way round (``verl_cpu`` is a distribution of its own), and ``treetune_verl.preflight``
-imports nothing of the overlay (every entry point imports it before anything else)."""
+"""Import direction of the library: code the recipes run at start-up never imports a script, the library never imports a
+recipe, the overlay builds on verl-cpu and never the other way round (``verl_cpu`` is a distribution of its own), and
+``treetune_verl.preflight`` imports nothing of the overlay (every entry point imports it before anything else)."""
 
 import ast
 from pathlib import Path
@@ -39,6 +39,14 @@ def test_library_and_recipes_never_import_scripts(folder):
     offenders = {
         str(path.relative_to(ROOT)): sorted(m for m in imported_modules(path) if m.startswith("treetune_scripts"))
         for path in (ROOT / folder).rglob("*.py")
+    }
+    assert {path: mods for path, mods in offenders.items() if mods} == {}
+
+
+def test_the_library_never_imports_a_recipe():
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(m for m in imported_modules(path) if m.startswith("treetune_recipe"))
+        for path in (ROOT / "treetune_verl").rglob("*.py")
     }
     assert {path: mods for path, mods in offenders.items() if mods} == {}
 

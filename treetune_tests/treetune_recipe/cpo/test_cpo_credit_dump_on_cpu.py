@@ -23,6 +23,7 @@ import pytest
 import torch
 from verl import DataProto
 
+from treetune_recipe.cpo import cpo_credit_dump
 from treetune_recipe.cpo.config import CPOConfig
 from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig, build_dump, maybe_dump_credit, select_rows
 from treetune_scripts.credit_report import render_report
@@ -46,15 +47,12 @@ def test_config_is_off_by_default_and_checks_its_keys():
         CreditDumpConfig.from_config({"step": [1]})
 
 
-def test_off_steps_cost_nothing():
-    def forbidden(batch):
+def test_off_steps_cost_nothing(monkeypatch):
+    def forbidden(*args, **kwargs):
         raise AssertionError("no extra forward pass at an unlisted step")
 
-    trainer = SimpleNamespace(
-        cpo_config=CPOConfig.from_config({"credit_dump": {"steps": [3]}}),
-        global_steps=2,
-        _compute_old_log_prob=forbidden,
-    )
+    monkeypatch.setattr(cpo_credit_dump, "score_batch", forbidden)
+    trainer = SimpleNamespace(cpo_config=CPOConfig.from_config({"credit_dump": {"steps": [3]}}), global_steps=2)
     assert maybe_dump_credit(trainer, batch=None, hint_batch=None) is None
 
 
@@ -116,6 +114,30 @@ def test_dump_holds_delta_and_the_wrappers_advantage_change(tokenizer):
     # correct response with pos_alpha = 0: unchanged
     assert dump["rows"][0]["advantage_shaped"] == dump["rows"][0]["advantage"]
     json.dumps(dump)  # JSON-ready
+
+
+def test_a_listed_step_reads_the_old_policys_entropy_from_a_second_actor_pass(tokenizer, monkeypatch, tmp_path):
+    batch, hint = _batch(tokenizer)
+    entropy = torch.rand(4, 3)
+    calls = []
+
+    def second_pass(trainer, scored, **flags):
+        calls.append((scored, flags))
+        return SimpleNamespace(log_probs=None, entropy=entropy)
+
+    monkeypatch.setattr(cpo_credit_dump, "score_batch", second_pass)
+    trainer = SimpleNamespace(
+        cpo_config=CPOConfig.from_config({"credit_dump": {"steps": [2], "dir": str(tmp_path)}}),
+        global_steps=2,
+        tokenizer=tokenizer,
+        config=SimpleNamespace(trainer=SimpleNamespace(default_local_dir=str(tmp_path / "unused"))),
+    )
+    path = maybe_dump_credit(trainer, batch, hint)
+    assert calls == [(batch, {"on": "actor", "entropy": True})]  # the plain batch, on the actor, with the entropy
+    dump = json.loads(path.read_text())
+    assert path == tmp_path / "step_2.json" and dump["teacher"] == "policy"
+    expected = build_dump(batch, hint, entropy, tokenizer, trainer.cpo_config, step=2, max_rows=32)
+    assert dump == json.loads(json.dumps(expected))
 
 
 def test_report_shows_every_token_with_its_exact_values_escaped(tokenizer):
