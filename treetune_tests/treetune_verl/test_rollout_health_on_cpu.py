@@ -390,7 +390,7 @@ def test_mixin_checks_only_the_first_old_log_prob_pass_of_a_step():
     trainer = make_guarded(max_consecutive_warnings=2)
     batch = synthetic_batch(noise=0.0, shift=0.05)
     run_step(trainer, 1, batch)
-    trainer._compute_old_log_prob(batch)  # e.g. CPO's credit dump: the same step again
+    trainer._compute_old_log_prob(batch)  # a second call in the same step (recipe passes use score_batch instead)
     assert trainer.rollout_health.consecutive_warnings == 1
 
 
