@@ -98,8 +98,8 @@ def _patch_keep_actor_on_device_after_weight_sync(module: ModuleType) -> None:
 
 def apply_engine_worker_fixes() -> None:
     """Apply, once verl's engine modules are imported in this process, the fixes they need on every device: the
-    overlay's own and verl-cpu's FSDP-engine fixes (``verl_cpu.patches.apply_engine_fixes``: right on any device)."""
-    from verl_cpu.patches import apply_engine_fixes
+    overlay's own and verl-cpu's FSDP-engine fixes (``verl_cpu.activation.apply_engine_fixes``: right on any device)."""
+    from verl_cpu.activation import apply_engine_fixes
 
     PATCHES.apply_on_import(
         "keep_actor_on_device_after_weight_sync",

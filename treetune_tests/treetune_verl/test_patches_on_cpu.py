@@ -110,7 +110,7 @@ def test_the_fixes_upstream_made_after_071_are_patched_on_071_only(installed_ver
 
 
 def test_a_patch_named_in_the_overlays_skip_variable_is_left_out_with_a_warning(patch_bookkeeping, monkeypatch, capsys):
-    from verl_cpu.patches import SKIP_PATCHES_ENV as VERL_CPU_SKIP_PATCHES_ENV
+    from verl_cpu.activation import SKIP_PATCHES_ENV as VERL_CPU_SKIP_PATCHES_ENV
 
     applied = []
     monkeypatch.setenv(VERL_CPU_SKIP_PATCHES_ENV, "a_test_patch")  # verl-cpu's variable does not reach the overlay
