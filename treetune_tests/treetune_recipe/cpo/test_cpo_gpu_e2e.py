@@ -22,8 +22,9 @@ import pytest
 import torch
 
 from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME, ENTRY_MODULE
+from treetune_tests.support.runs import finished_run_metrics
 from treetune_verl.tiny_assets import build_tiny_assets
-from treetune_verl.tiny_run import METRICS_FILE, launch_training, read_metrics, tiny_run_overrides
+from treetune_verl.tiny_run import launch_training, tiny_run_overrides
 
 pytestmark = [pytest.mark.gpu, pytest.mark.e2e]
 RUN_TIMEOUT_S = 600
@@ -52,10 +53,7 @@ def test_cpo_trains_two_steps_on_cuda_with_the_hf_rollout(tmp_path):
         timeout_s=RUN_TIMEOUT_S,
         cwd=tmp_path,
     )
-    log_tail = "\n".join(run.log_path.read_text().splitlines()[-60:])
-    assert not run.timed_out and run.returncode == 0, log_tail
-    metrics = read_metrics(tmp_path / METRICS_FILE)
-    assert sorted(metrics) == list(range(1, STEPS + 1))
+    metrics = finished_run_metrics(run, tmp_path, STEPS)
     for step, values in metrics.items():
         for key in ("cpo/gw_minus_old_absmean", "actor/cpo/adv_delta_absmean", "actor/pg_loss", "actor/grad_norm"):
             assert key in values and math.isfinite(values[key]), (step, key)

@@ -34,8 +34,8 @@ import psutil
 import pytest
 
 from treetune_recipe.cpo import ENTRY_MODULE
-from treetune_scripts.make_tiny_assets import build_tiny_assets
 from treetune_verl.run_folder import COMPLETE_MARKER, LOCK_FILE
+from treetune_verl.tiny_assets import build_tiny_assets
 from treetune_verl.tiny_run import METRICS_FILE, tiny_run_overrides
 
 STEPS = 200  # far more than both runs reach (a step takes ~2 s on CPU): each is stopped by its signal

@@ -29,8 +29,8 @@ from ray._common.utils import reset_ray_address
 from ray.cluster_utils import Cluster
 
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
-from treetune_scripts.make_tiny_assets import build_tiny_assets
-from treetune_verl.tiny_run import METRICS_FILE, read_metrics
+from treetune_tests.support.runs import finished_run_metrics
+from treetune_verl.tiny_assets import build_tiny_assets
 
 RUN_TIMEOUT_S = 600
 STEPS = 2
@@ -75,8 +75,7 @@ def two_node_run(tmp_path_factory):
             actors = list(ray._private.state.actors().values())
         finally:
             ray.shutdown()
-        metrics = read_metrics(run_dir / METRICS_FILE) if (run_dir / METRICS_FILE).exists() else {}
-        yield dict(run=run, metrics=metrics, node_ids=node_ids, actors=actors)
+        yield dict(run=run, run_dir=run_dir, node_ids=node_ids, actors=actors)
     finally:
         cluster.shutdown()
         # Cluster wrote its address to Ray's ray_current_cluster file; a later plain ray.init() on this machine
@@ -85,17 +84,10 @@ def two_node_run(tmp_path_factory):
         monkeypatch.undo()
 
 
-def _log_tail(run) -> str:
-    return "\n".join(run.log_path.read_text().splitlines()[-60:])
-
-
 @pytest.mark.e2e
 @pytest.mark.timeout(RUN_TIMEOUT_S + 180)
 def test_two_node_run_finishes_every_step(two_node_run):
-    run = two_node_run["run"]
-    assert not run.timed_out and run.returncode == 0, _log_tail(run)
-    metrics = two_node_run["metrics"]
-    assert sorted(metrics) == list(range(1, STEPS + 1))
+    metrics = finished_run_metrics(two_node_run["run"], two_node_run["run_dir"], STEPS)
     for step, values in metrics.items():
         for key in ("cpo/gw_minus_old_absmean", "actor/cpo/adv_delta_absmean", "actor/pg_loss", "actor/grad_norm"):
             assert key in values and math.isfinite(values[key]), (step, key)

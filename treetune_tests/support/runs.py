@@ -1,0 +1,37 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The check every end-to-end test makes of a finished training run, in one place."""
+
+from pathlib import Path
+
+from treetune_verl.tiny_run import METRICS_FILE, TrainingRun, read_metrics
+
+#: Lines of the run's log shown when it failed.
+LOG_TAIL_LINES = 60
+
+
+def log_tail(run: TrainingRun, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of the run's combined output."""
+    return "\n".join(run.log_path.read_text().splitlines()[-lines:])
+
+
+def finished_run_metrics(run: TrainingRun, run_dir: Path, steps: int | None = None) -> dict[int, dict[str, float]]:
+    """The metrics by step of a run that exited by itself with status 0 (not killed at its time limit) and, when
+    ``steps`` is given, logged exactly the steps ``1..steps``; fails with the tail of the run's log otherwise."""
+    assert not run.timed_out, f"run exceeded its time limit after {run.wall_s:.0f} s:\n{log_tail(run)}"
+    assert run.returncode == 0, f"exit status {run.returncode}:\n{log_tail(run)}"
+    metrics = read_metrics(Path(run_dir) / METRICS_FILE)
+    if steps is not None:
+        assert sorted(metrics) == list(range(1, steps + 1)), f"logged steps {sorted(metrics)}:\n{log_tail(run)}"
+    return metrics
