@@ -15,17 +15,24 @@
 
 The command is the one the README gives a verl user (the ``ppo_trainer_cpu`` config of ``verl_cpu/config``), on a
 model and data built by the test itself. Checked from the run's own outputs: exit status, both steps logged, a
-finite non-zero gradient, and rollout log-probs (the ``hf`` server) that agree with the trainer's recomputation.
-A second run with too few Ray CPUs stops with verl-cpu's preflight message instead of waiting forever.
+finite non-zero gradient, a policy that moved (KL loss to the reference, the saved Hugging Face weights against the
+initial ones), and rollout log-probs (the ``hf`` server) that agree with the trainer's recomputation at both steps. A
+large learning rate moves the policy enough in one step that a server still sampling with the initial weights would
+disagree at step 2 (measured on a context-sensitive model: Pearson 0.15 of rollout and trainer probabilities instead
+of 0.97). A second run with too few Ray CPUs stops with verl-cpu's preflight message instead of waiting forever.
+
+The training run is marked ``both_releases``: CI runs it on both supported verl releases.
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file
 from verl_cpu.host import accelerator_available
 
 pytestmark = [
@@ -63,8 +70,15 @@ def main_ppo(assets: Path, run_dir: Path, *overrides: str) -> tuple[subprocess.C
     return run, run.stdout[-4000:] + run.stderr[-4000:]
 
 
+@pytest.mark.both_releases
 def test_grpo_trains_two_steps_with_rollout_and_trainer_in_agreement(tiny_assets, tmp_path):
-    run, log = main_ppo(tiny_assets, tmp_path)
+    run, log = main_ppo(
+        tiny_assets,
+        tmp_path,
+        "actor_rollout_ref.actor.optim.lr=1e-2",
+        "trainer.save_freq=2",
+        "actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model]",
+    )
     assert run.returncode == 0, log
     metrics = {}
     for line in (tmp_path / "metrics.jsonl").read_text().splitlines():
@@ -73,10 +87,22 @@ def test_grpo_trains_two_steps_with_rollout_and_trainer_in_agreement(tiny_assets
     assert sorted(metrics) == [1, 2], log
     for step in (1, 2):
         values = metrics[step]
+        for key in ("actor/pg_loss", "actor/kl_loss", "timing_s/step", "timing_s/gen"):
+            assert math.isfinite(values[key]), (step, key)
         assert 0 < values["actor/grad_norm"] < float("inf"), values
         # the hf server's log-probs and the trainer's recomputation agree, token by token
         assert abs(values["rollout_corr/kl"]) < 0.01, values
         assert values["training/rollout_probs_diff_mean"] < 0.01, values
+        assert values["training/rollout_probs_diff_max"] < 0.1, values
+    # The policy moved away from the reference, and step 2 sampled with the weights after update 1.
+    assert metrics[2]["actor/kl_loss"] > 0
+    assert metrics[2]["training/rollout_actor_probs_pearson_corr"] > 0.9
+    assert metrics[2]["rollout_corr/k3_kl"] < 0.01
+    initial = load_file(tiny_assets / "model" / "model.safetensors")
+    trained = load_file(tmp_path / "checkpoints" / "global_step_2" / "actor" / "huggingface" / "model.safetensors")
+    assert set(initial) <= set(trained) <= {*initial, "lm_head.weight"}  # the tied output layer may be saved
+    changes = [(trained[name].float() - initial[name].float()).abs().max().item() for name in initial]
+    assert all(math.isfinite(change) for change in changes) and max(changes) > 1e-3, changes
 
 
 def test_too_few_ray_cpus_stop_with_the_fix_before_any_worker_starts(tiny_assets, tmp_path):
