@@ -12,12 +12,14 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """End to end on CPU with the engine users run: verl's own vLLM rollout (``actor_rollout_ref.rollout.name=vllm``) on
-vLLM's CPU build, through upstream ``verl.trainer.main_ppo`` (GRPO) and the CPO recipe's entry point.
+vLLM's CPU build: the CPO recipe's entry point trains with it, and two broken runs of upstream
+``verl.trainer.main_ppo`` (GRPO, the same sizes and learning rate) are its controls.
 
-Every run trains the context-sensitive tiny model (640 output rows for 630 tokens: the padded-vocabulary case) and is
-checked from its own metrics: ``rollout_corr/kl``, verl's mean of rollout minus trainer log-probs over the same tokens,
-must stay within :data:`ROLLOUT_KL_MAX` at every step. Two controls run the same check on a broken run, which must
-fail it:
+Every run trains the context-sensitive tiny model (640 output rows for 630 tokens: the padded-vocabulary case) with a
+learning rate that moves the policy by nats a step, and is checked from its own metrics: ``rollout_corr/kl``, verl's
+mean of rollout minus trainer log-probs over the same tokens, must stay within :data:`ROLLOUT_KL_MAX` at every step.
+The CPO run passes it, so vLLM samples with the weights of every step (verl's weight sync) on one vocabulary with the
+trainer. The two controls run the same check on a broken run, which must fail it:
 
 - stale rollout weights: the weight sync receives every bucket and loads none (``helpers/stale_vllm_weights.py``);
 - different vocabulary supports: verl-cpu's patch ``trainer_vocabulary_support`` left out, so the trainer normalises
@@ -30,13 +32,14 @@ import math
 from pathlib import Path
 
 import pytest
+from verl_cpu.activation import SKIP_PATCHES_ENV
 from verl_cpu.host import vllm_on_cpu_available
-from verl_cpu.patches import SKIP_PATCHES_ENV
 
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
-from treetune_scripts.make_tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
+from treetune_tests.support.runs import finished_run_metrics
 from treetune_verl.rollout_health import CHECKED_METRIC, KL_METRIC, PROBS_DIFF_METRIC, WARNING_METRIC
-from treetune_verl.tiny_run import METRICS_FILE, launch_training, read_metrics, tiny_run_overrides
+from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
+from treetune_verl.tiny_run import launch_training, tiny_run_overrides
 
 pytestmark = [
     pytest.mark.e2e,
@@ -49,11 +52,21 @@ pytestmark = [
 RUN_TIMEOUT_S = 600
 STEPS = 3
 #: The run-health guard's default warning threshold. Measured on these runs (fp32 vLLM vs the bf16 trainer, 3 steps of
-#: 32 responses): |kl| <= 0.0025 healthy; 0.036-0.048 with the trainer on all 640 rows; 2.42 and 4.45 at steps 2 and 3
-#: with stale weights. The CPO run: 0.0016 and 0.0013.
+#: 32 responses): |kl| <= 0.0025 on a healthy GRPO run; 0.036-0.048 with the trainer on all 640 rows; 2.42 and 4.45 at
+#: steps 2 and 3 with stale weights.
 ROLLOUT_KL_MAX = 0.01
 HELPERS = Path(__file__).with_name("helpers")
-VLLM = "actor_rollout_ref.rollout.name=vllm"
+#: The settings every run shares: verl's vLLM rollout; 32 responses a step (8 prompts x 4), so rollout_corr/kl is a
+#: mean over about 1000 tokens whose bf16-trainer noise stays well below the bound (with 8 responses, 250 tokens, a
+#: healthy step reached 0.0088 after two updates); KL loss on; a large step (lr 1e-2) that moves the policy by nats, so
+#: rollouts from stale weights show at once.
+COMMON = [
+    "actor_rollout_ref.rollout.name=vllm",
+    "data.train_batch_size=8",
+    "actor_rollout_ref.rollout.n=4",
+    "actor_rollout_ref.actor.use_kl_loss=true",
+    "actor_rollout_ref.actor.optim.lr=1e-2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -64,30 +77,14 @@ def assets_dir():
 def run_grpo_on_vllm(assets_dir, run_dir: Path, *extra: str, env=None) -> dict[int, dict[str, float]]:
     """Upstream ``main_ppo`` GRPO for :data:`STEPS` steps on the vLLM rollout; returns the metrics by step."""
     overrides = tiny_run_overrides(assets_dir, run_dir, total_training_steps=STEPS, experiment_name="e2e_vllm_grpo")
-    overrides += [
-        VLLM,
-        "algorithm.adv_estimator=grpo",
-        # 32 responses per step: rollout_corr/kl is a mean over about 1000 tokens, whose bf16-trainer noise stays
-        # well below the bound (with 8 responses, 250 tokens, a healthy step reached 0.0088 after two updates).
-        "data.train_batch_size=8",
-        "actor_rollout_ref.rollout.n=4",
-        "actor_rollout_ref.actor.use_kl_loss=true",
-        # A large step moves the policy by nats: stale rollout weights show at once (see the module docstring).
-        "actor_rollout_ref.actor.optim.lr=1e-2",
-        f"hydra.run.dir={run_dir / 'hydra'}",
-        *extra,
-    ]
+    overrides += [*COMMON, "algorithm.adv_estimator=grpo", f"hydra.run.dir={run_dir / 'hydra'}", *extra]
     run = launch_training(overrides, run_dir / "train.log", timeout_s=RUN_TIMEOUT_S, cwd=run_dir, env=env)
-    return finished_run_metrics(run, run_dir, STEPS)
+    return printed_run_metrics(run, run_dir, STEPS)
 
 
-def finished_run_metrics(run, run_dir: Path, steps: int) -> dict[int, dict[str, float]]:
-    """The metrics by step of a run that exited cleanly after ``steps`` steps; prints its mismatch per step."""
-    log_tail = "\n".join(run.log_path.read_text().splitlines()[-60:])
-    assert not run.timed_out, f"run exceeded {RUN_TIMEOUT_S} s:\n{log_tail}"
-    assert run.returncode == 0, log_tail
-    metrics = read_metrics(run_dir / METRICS_FILE)
-    assert sorted(metrics) == list(range(1, steps + 1))
+def printed_run_metrics(run, run_dir: Path, steps: int) -> dict[int, dict[str, float]]:
+    """The metrics by step of a run that finished its ``steps`` steps; prints its mismatch per step."""
+    metrics = finished_run_metrics(run, run_dir, steps)
     print(f"\n{run_dir.name}: wall {run.wall_s:.0f} s, ({KL_METRIC}, {PROBS_DIFF_METRIC}) per step:")
     print([(round(metrics[s][KL_METRIC], 5), round(metrics[s][PROBS_DIFF_METRIC], 5)) for s in sorted(metrics)])
     return metrics
@@ -98,14 +95,6 @@ def assert_rollout_matches_trainer(metrics: dict[int, dict[str, float]]) -> None
     for step, values in sorted(metrics.items()):
         kl = values[KL_METRIC]
         assert math.isfinite(kl) and abs(kl) <= ROLLOUT_KL_MAX, f"step {step}: {KL_METRIC}={kl}"
-
-
-def test_grpo_on_vllm_rollout_matches_the_trainer_at_every_step(assets_dir, tmp_path):
-    metrics = run_grpo_on_vllm(assets_dir, tmp_path)
-    assert_rollout_matches_trainer(metrics)
-    # The policy moved (lr 1e-2), and the rollout followed it: the synced weights are the ones vLLM samples with.
-    assert metrics[STEPS]["actor/kl_loss"] > 0.01
-    assert metrics[STEPS]["training/rollout_actor_probs_pearson_corr"] > 0.9
 
 
 def test_stale_vllm_weights_fail_the_same_check(assets_dir, tmp_path):
@@ -128,25 +117,23 @@ def test_trainer_on_all_output_rows_fails_the_same_check(assets_dir, tmp_path):
         assert_rollout_matches_trainer(metrics)
 
 
-def test_cpo_recipe_on_vllm_rollout(assets_dir, tmp_path):
-    steps = 2
+def test_cpo_recipe_on_vllm_rollout_matches_the_trainer_at_every_step(assets_dir, tmp_path):
     run = launch_cpo_on_cpu(
-        [
-            VLLM,
-            "actor_rollout_ref.rollout.n=4",
-            "actor_rollout_ref.actor.optim.lr=1e-2",
-            # About half the responses count as correct (the tiny model never answers right): groups are mixed.
-            "reward.custom_reward_function.name=compute_score_half_correct",
-        ],
+        # About half the responses count as correct (the tiny model never answers right): groups are mixed.
+        [*COMMON, "reward.custom_reward_function.name=compute_score_half_correct"],
         tmp_path / "train.log",
         assets_dir=assets_dir,
         run_dir=tmp_path,
-        total_training_steps=steps,
+        total_training_steps=STEPS,
         experiment_name="e2e_vllm_cpo",
         timeout_s=RUN_TIMEOUT_S,
     )
-    metrics = finished_run_metrics(run, tmp_path, steps)
+    metrics = printed_run_metrics(run, tmp_path, STEPS)
     assert_rollout_matches_trainer(metrics)
+    # The policy moved away from the reference (lr 1e-2), and the rollout followed it: vLLM samples with the synced
+    # weights (the stale-weights control fails the check from step 2 on).
+    assert metrics[STEPS]["actor/kl_loss"] > 0.01
+    assert metrics[STEPS]["training/rollout_actor_probs_pearson_corr"] > 0.9
     for step, values in metrics.items():
         # The hinted pass ran on the actor and shaped advantages; the guard checked the step and did not warn.
         assert math.isfinite(values["cpo/gw_minus_old_absmean"]) and values["cpo/gw_minus_old_absmean"] > 0, step

