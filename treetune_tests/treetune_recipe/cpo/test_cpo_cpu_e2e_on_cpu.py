@@ -23,22 +23,21 @@ trainer's (``rollout_corr/kl``, weight sync included), and the old and hinted lo
 padded for DP, balanced and scattered back) against fp32 transformers, each with a corrupted-input control.
 """
 
-import importlib.util
 import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
-import pandas as pd
 import pytest
 from safetensors.torch import load_file
 
 from treetune_recipe.cpo import ENTRY_MODULE
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
-from treetune_scripts.make_tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
+from treetune_tests.support import engine_harness as HARNESS
+from treetune_tests.support.runs import finished_run_metrics
 from treetune_verl.rollout_health import CHECKED_METRIC, WARNING_METRIC
-from treetune_verl.tiny_run import METRICS_FILE, read_metrics, tiny_run_overrides
+from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
+from treetune_verl.tiny_run import tiny_run_overrides
 from treetune_verl.version import verl_is
 
 RUN_TIMEOUT_S = 480
@@ -55,19 +54,6 @@ LOSS_METRICS = ("actor/cpo/adv_delta_absmean", "actor/cpo/adv_delta_absmean/wron
 
 #: Healthy bf16-trainer vs fp32-rollout mismatch is about 1e-3 nats per token; the attention-mask bug gave 3.
 ROLLOUT_KL_MAX = 0.01
-
-
-def _load_engine_harness():
-    spec = importlib.util.spec_from_file_location(
-        "cpo_engine_harness_e2e", Path(__file__).with_name("engine_harness.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-#: fp32 references and tolerances of the numerics tests (``engine_harness.py``).
-HARNESS = _load_engine_harness()
 
 
 @pytest.fixture(scope="module")
@@ -135,25 +121,26 @@ def run_cpo(assets_dir, run_dir, *, steps, extra=(), timeout_s=RUN_TIMEOUT_S):
         experiment_name="e2e_cpo",
         timeout_s=timeout_s,
     )
-    log_tail = "\n".join(run.log_path.read_text().splitlines()[-60:])
-    assert not run.timed_out, f"run exceeded {timeout_s} s:\n{log_tail}"
-    assert run.returncode == 0, log_tail
-    return run, read_metrics(run_dir / METRICS_FILE)
+    return run, finished_run_metrics(run, run_dir, steps)
 
 
-@pytest.mark.e2e
-@pytest.mark.both_releases
-@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
-def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(context_sensitive_assets_dir, tmp_path):
-    import torch
+#: Seed of the two-step run: another than the teacher runs', so its rollouts are their seed control.
+TWO_STEP_SEED = 1
 
-    assets_dir, steps = context_sensitive_assets_dir, 2
+
+@pytest.fixture(scope="module")
+def two_step_run(context_sensitive_assets_dir, tmp_path_factory):
+    """The two-step CPO run (policy teacher, two data-parallel workers); returns (run, metrics, run folder)."""
+    run_dir = tmp_path_factory.mktemp("two_step")
     run, metrics = run_cpo(
-        assets_dir,
-        tmp_path,
-        steps=steps,
+        context_sensitive_assets_dir,
+        run_dir,
+        steps=2,
         extra=[
             "actor_rollout_ref.actor.optim.lr=1e-2",  # a visible weight change after two steps
+            f"data.seed={TWO_STEP_SEED}",
+            f"++actor_rollout_ref.rollout.engine_kwargs.hf.seed={TWO_STEP_SEED}",
+            *([f"trainer.rollout_data_dir={run_dir / 'rollouts'}"] if not verl_is("0.7.1") else []),
             "trainer.save_freq=1",  # the weights of each step, for the teacher check of step 2
             "actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model]",
             # About half the responses count as correct (the tiny model never answers right), so the steps have
@@ -166,9 +153,20 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(context_sensitive_a
             "trainer.balance_batch=true",
             # Steps 1 and 2 score every row under the hint and dump old and hinted log-probs with token ids.
             "cpo.credit_dump.steps=[1,2]",
-            f"cpo.credit_dump.dir={tmp_path / 'credit'}",
+            f"cpo.credit_dump.dir={run_dir / 'credit'}",
         ],
     )
+    return run, metrics, run_dir
+
+
+@pytest.mark.e2e
+@pytest.mark.both_releases
+@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
+def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(two_step_run, context_sensitive_assets_dir):
+    import torch
+
+    assets_dir, steps = context_sensitive_assets_dir, 2
+    run, metrics, run_dir = two_step_run
     assert sorted(metrics) == list(range(1, steps + 1))
     assert "rollout health" not in run.log_path.read_text()  # no guard warning
     for step, values in metrics.items():
@@ -199,7 +197,7 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(context_sensitive_a
     # The dump of step 1 (weights still the initial ones) against fp32 transformers on the same token ids.
     from transformers import AutoTokenizer
 
-    dump = json.loads((tmp_path / "credit" / "step_1.json").read_text())
+    dump = json.loads((run_dir / "credit" / "step_1.json").read_text())
     assert len(dump["rows"]) > 4 and dump["teacher"] == "policy"
     model = load_model(assets_dir)
     vocab_size = len(AutoTokenizer.from_pretrained(assets_dir / "model"))
@@ -219,10 +217,10 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(context_sensitive_a
 
     # Step 2: the policy teacher scores with the weights after step 1's update, not with the starting model (the
     # control of the initial teacher's check in test_initial_teacher_scores_with_the_starting_model).
-    step_2 = json.loads((tmp_path / "credit" / "step_2.json").read_text())
+    step_2 = json.loads((run_dir / "credit" / "step_2.json").read_text())
     _, step_2_hinted, step_2_mask = dumped_scores(step_2)
     after_step_1 = load_model(
-        assets_dir, tmp_path / "checkpoints" / "global_step_1" / "actor" / "huggingface" / "model.safetensors"
+        assets_dir, run_dir / "checkpoints" / "global_step_1" / "actor" / "huggingface" / "model.safetensors"
     )
     HARNESS.assert_scores_match(
         step_2_hinted, as_matrix(rescored_dump(after_step_1, step_2, vocab_size)[1]), "policy teacher", step_2_mask
@@ -234,7 +232,7 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(context_sensitive_a
 
     initial = load_file(assets_dir / "model" / "model.safetensors")
     trained = load_file(
-        tmp_path / "checkpoints" / f"global_step_{steps}" / "actor" / "huggingface" / "model.safetensors"
+        run_dir / "checkpoints" / f"global_step_{steps}" / "actor" / "huggingface" / "model.safetensors"
     )
     # Two FSDP ranks save the tied lm_head explicitly (equal to the embedding); every initial tensor is there.
     assert set(initial) <= set(trained) <= {*initial, "lm_head.weight"}
@@ -244,8 +242,8 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(context_sensitive_a
     assert math.isfinite(max_change) and max_change > 1e-3
 
 
-#: The teacher runs (``teacher_runs``): steps, seed and overrides of each. Same model, data and settings; the first two
-#: share a seed, so the same step-1 rollouts, and differ in method and teacher; the third differs only in its seed.
+#: The teacher runs (``teacher_runs``): steps, seed and overrides of each. Same model, data, settings and seed (so the
+#: same step-1 rollouts); they differ in method and teacher.
 TEACHER_RUNS = {
     # OPSD-token's published teacher: the starting model, held fixed (the reference worker).
     "initial": (2, 0, ["cpo.wrap_method=opsd_token", "cpo.credit_dump.steps=[1,2]"]),
@@ -262,7 +260,6 @@ TEACHER_RUNS = {
             "actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model]",
         ],
     ),
-    "other_seed": (1, 1, ["algorithm.adv_estimator=grpo"]),
 }
 
 
@@ -363,13 +360,13 @@ def step_one_rollouts(run_dir) -> list[tuple]:
 
 @pytest.mark.e2e
 @pytest.mark.timeout(3 * RUN_TIMEOUT_S + 120)
-def test_one_seed_gives_every_method_the_same_step_one_rollouts(teacher_runs):
+def test_one_seed_gives_every_method_the_same_step_one_rollouts(teacher_runs, two_step_run):
     # Two methods (OPSD-token, CPO seq_kl), same seed: identical prompts, responses and rewards in step 1 (each request
     # of the hf server samples from an RNG seeded from the request alone, whatever batch it lands in).
     initial, refreshed = (step_one_rollouts(teacher_runs(name)[0]) for name in ("initial", "refreshed"))
     assert len(initial) == 16 and initial == refreshed
-    # Control: another seed draws other prompts or responses.
-    assert step_one_rollouts(teacher_runs("other_seed")[0]) != initial
+    # Control: a run with another seed (the two-step run, seed 1) draws other prompts or responses.
+    assert len(step_one_rollouts(two_step_run[2])) == 16 and step_one_rollouts(two_step_run[2]) != initial
 
 
 def start_cpo(assets_dir, tmp_path, *overrides, timeout_s=180):
@@ -395,28 +392,6 @@ def test_unknown_wrap_method_stops_at_start_up_listing_valid_names(assets_dir, t
     output = start_cpo(assets_dir, tmp_path, "cpo.wrap_method=seq_kll")
     assert "Unknown cpo.wrap_method 'seq_kll'" in output
     assert "Valid values:" in output and "mi_clamp_unify_difficulty" in output and "negonly_tok_kl" in output
-
-
-@pytest.mark.e2e
-def test_train_data_without_solutions_stops_at_start_up(assets_dir, tmp_path):
-    frame = pd.read_parquet(assets_dir / "data" / "train.parquet")
-    frame["extra_info"] = [{k: v for k, v in info.items() if k != "solution"} for info in frame["extra_info"]]
-    no_solution = tmp_path / "train_without_solution.parquet"
-    frame.to_parquet(no_solution)
-    output = start_cpo(assets_dir, tmp_path, f"data.train_files={no_solution}")
-    assert "data.train_files" in output and "extra_info.solution" in output and "row 0" in output
-
-
-@pytest.mark.e2e
-def test_v1_trainer_stops_at_start_up_saying_it_is_not_supported(assets_dir, tmp_path):
-    output = start_cpo(assets_dir, tmp_path, "trainer.use_v1=true")
-    assert "trainer.use_v1=true selects verl's v1 trainer" in output and "Set trainer.use_v1=false" in output
-
-
-@pytest.mark.e2e
-def test_disabled_entropy_stops_at_start_up(assets_dir, tmp_path):
-    output = start_cpo(assets_dir, tmp_path, "actor_rollout_ref.actor.calculate_entropy=false")
-    assert "actor_rollout_ref.actor.calculate_entropy=true" in output
 
 
 @pytest.mark.e2e

@@ -81,7 +81,7 @@ def test_run_check_requires_solutions_only_when_the_hint_needs_them(tmp_path):
     paths = tiny_run_overrides(assets_dir, tmp_path)
 
     check_cpo_run(cpo_config(*paths))
-    with pytest.raises(ValueError, match="extra_info.solution"):
+    with pytest.raises(ValueError, match=r"data.train_files: .*extra_info.solution is missing .*: row 0, row 1"):
         check_cpo_run(cpo_config(*paths, f"data.train_files={no_solution}"))
     with pytest.raises(ValueError, match="cpo.hint.allow_all_missing=true"):  # no solution at all: plain GRPO
         check_cpo_run(cpo_config(*paths, f"data.train_files={no_solution}", "cpo.hint.on_missing=skip"))
