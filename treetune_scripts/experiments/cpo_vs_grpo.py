@@ -320,9 +320,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"grpo and cpo:<wrapper>[@key=number...], comma-separated (keys: {', '.join(METHOD_KEYS)}); default "
         f"the regime's (default: {DEFAULT_METHODS}; hard: {HARD_METHODS}; --quick: {QUICK_METHODS})",
     )
-    parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 3; --quick: 2)")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 3; --quick: 1)")
     parser.add_argument("--steps", type=int, default=None, help="training steps per run (default 40; --quick: 3)")
-    parser.add_argument("--quick", action="store_true", help="pipeline check: 3 steps, 2 seeds, no gate")
+    parser.add_argument("--quick", action="store_true", help="pipeline check: 3 steps, 1 seed, no gate")
     parser.add_argument("--output-dir", type=Path, default=None, help="default: the regime's folder")
     parser.add_argument("--resume", action="store_true", help="keep finished runs, run the rest")
     parser.add_argument("--overwrite", action="store_true", help="delete the output folder's previous results")
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         regime = REGIMES[args.regime]
         methods = parse_methods(args.methods or (QUICK_METHODS if args.quick else regime.methods))
-        seeds = args.seeds if args.seeds is not None else (2 if args.quick else 3)
+        seeds = args.seeds if args.seeds is not None else (1 if args.quick else 3)
         if seeds < 1:
             raise ExperimentError(f"--seeds must be >= 1, got {seeds}.")
         if args.resume and args.overwrite:
