@@ -14,8 +14,9 @@
 """End to end on CPU: the CPO recipe (``python -m treetune_recipe.cpo.main_cpo platform=cpu``) with real Ray and the
 real trainer of the installed verl release (0.9.1 in ``.venv``, 0.7.1 in ``.venv-verl0.7.1``) on the tiny assets,
 checked from each run's own outputs (exit status, logged metrics, checkpoints, the credit dump). Start-up errors of
-bad configs are checked through the same entry point. The two-step CPO run is also marked ``both_releases``: CI runs
-it on both releases, the other tests on the default release only.
+bad configs are checked through the same entry point (each check itself is tested in process, without Ray). The
+two-step CPO run and the refreshed-teacher run (the reference worker: starting model, then the actor's copy) are also
+marked ``both_releases``: CI runs them on both releases, the other tests on the default release only.
 
 The two-step CPO run trains the context-sensitive tiny model (log-probs that move by nats with the context) on two
 data-parallel workers with batch balancing, so its numbers check the whole pipeline: the rollout's log-probs against the
@@ -309,7 +310,6 @@ def teacher_check(assets_dir, run_dir, step: int, weights=None) -> None:
 
 
 @pytest.mark.e2e
-@pytest.mark.both_releases
 @pytest.mark.timeout(RUN_TIMEOUT_S + 120)
 def test_initial_teacher_scores_with_the_starting_model(teacher_runs, context_sensitive_assets_dir):
     run_dir, metrics = teacher_runs("initial")
