@@ -405,11 +405,13 @@ def recorded_model_inputs(engine):
 # The checks (the CPU twin and the GPU tier run the same ones)
 # --------------------------------------------------------------------------------------------------------------
 #: Engine (bf16 autocast, on CPU too) vs fp32 transformers on the context-sensitive model: per-token log-probs and
-#: entropies within 0.5 nats and 0.08 on average (measured: max 0.16-0.17 and mean 0.048-0.050 for the old, ref and
-#: hinted passes here, max 0.37 over the 512 tokens of the e2e run's credit dump); the scalar loss; the gradient norm.
-#: A corrupted forward is off by 0.66 to 7.8 nats on average (the smallest: one dropped token of a long hint prompt),
-#: so the mean bound is what each control trips.
-SCORE_MAX_TOL, SCORE_MEAN_TOL, LOSS_ATOL, GRAD_NORM_RTOL = 0.5, 0.08, 3e-2, 5e-2
+#: entropies within 0.75 nats and 0.08 on average (measured: max 0.16-0.17 and mean 0.048-0.050 for the old, ref and
+#: hinted passes here, max 0.37 over the 512 tokens of the e2e run's credit dump, and once 0.503 on 1 of 512 tokens of
+#: the refreshed teacher's dump after two updates at lr 1e-2: which rows share a micro-batch follows their arrival
+#: order, so the bf16 outliers vary from run to run); the scalar loss; the gradient norm. A corrupted forward is off by
+#: 0.66 to 7.8 nats on average (the smallest: one dropped token of a long hint prompt), and the model before or after
+#: two such updates by about 0.76 (the refreshed run's drift at step 2), so the mean bound is what each control trips.
+SCORE_MAX_TOL, SCORE_MEAN_TOL, LOSS_ATOL, GRAD_NORM_RTOL = 0.75, 0.08, 3e-2, 5e-2
 
 
 def assert_scores_match(got: torch.Tensor, expected: torch.Tensor, what: str, mask: torch.Tensor | None = None) -> None:
