@@ -1,7 +1,7 @@
 # treetune-verl: the two commands of the README, plus a few helpers.
 #   make demo [ARGS="key=value ..."]   CPU tiny run of the main recipe (writes outputs/demo/)
 #   make experiment [ARGS="--quick ..."]  CPO vs matched GRPO on CPU (writes outputs/experiments/cpo_vs_grpo/)
-#   make test [PYTEST_ARGS=...]         CPU test tier
+#   make test [PYTEST_ARGS=...] [TEST_WORKERS=2]  CPU test tier (pytest-xdist workers; 0 runs one process)
 #   make install-gpu ROLLOUT=vllm       GPU node: torch + serving engine + flash-attn + this project (or ROLLOUT=sglang;
 #                                       VERL=0.7.1 for that release's stack, in .venv-verl0.7.1)
 #   make check-gpu-install              resolve every GPU stack (both verl releases x both engines) with uv (metadata)
@@ -18,6 +18,10 @@ $(error VERL=$(VERL) is not a supported verl release; supported: $(shell tr '\n'
 endif
 VENV ?= $(if $(filter $(DEFAULT_VERL),$(VERL)),.venv,.venv-verl$(VERL))
 PYTEST_ARGS ?=
+# make test runs its test files on this many pytest-xdist workers, each file whole on one worker (its module fixtures,
+# e.g. one training run read by several tests, are made once). An end-to-end run keeps about one of two cores busy
+# (Ray actors wait on each other), so two share a 2-core machine; each run needs 3-6 GB of memory. 0: one process.
+TEST_WORKERS ?= 2
 TORCH_SPEC ?= torch==2.13.0
 # Where torch comes from. Empty: pip's configured indexes (on this project's CI machine they hold the CPU build of
 # torch 2.13.0). Elsewhere PyPI serves a CUDA build; for the CPU one use TORCH_INDEX=https://download.pytorch.org/whl/cpu
@@ -84,7 +88,7 @@ experiment: $(STAMP)
 	$(PY) -m treetune_scripts.experiments.cpo_vs_grpo $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS) $$(find treetune_tests -name 'test_*_on_cpu.py' | sort)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) $$(find treetune_tests -name 'test_*_on_cpu.py' | sort)
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m gpu treetune_tests

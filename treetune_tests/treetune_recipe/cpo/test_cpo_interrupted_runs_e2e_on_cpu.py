@@ -41,6 +41,8 @@ from treetune_verl.tiny_run import METRICS_FILE, tiny_run_overrides
 STEPS = 200  # far more than both runs reach (a step takes ~2 s on CPU): each is stopped by its signal
 STEP_TIMEOUT_S = 480
 EXIT_GRACE_S = 60
+#: Each run starts its own Ray instance: a plain ray.init() would join another job's cluster on the machine.
+OWN_RAY_ENV = {**os.environ, "RAY_ADDRESS": "local"}
 
 
 def command(assets_dir: Path, run_dir: Path) -> list[str]:
@@ -71,7 +73,7 @@ def run_until_step_then_signal(cmd, run_dir: Path, log_path: Path, step: int, si
         result).
     """
     with open(log_path, "w") as log:
-        driver = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=run_dir, env={**os.environ})
+        driver = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=run_dir, env=OWN_RAY_ENV)
     metrics_path = run_dir / METRICS_FILE
     deadline = time.monotonic() + STEP_TIMEOUT_S
     try:
@@ -106,7 +108,9 @@ def interrupted_runs(tmp_path_factory):
     cmd = command(assets_dir, run_dir)
 
     def second_run(driver):
-        return driver.pid, subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=run_dir)
+        return driver.pid, subprocess.run(
+            cmd, capture_output=True, text=True, timeout=180, cwd=run_dir, env=OWN_RAY_ENV
+        )
 
     a_status, a_survivors, (a_pid, second) = run_until_step_then_signal(
         cmd, run_dir, run_dir / "a.log", 1, signal.SIGTERM, while_running=second_run

@@ -65,7 +65,8 @@ def main_ppo(assets: Path, run_dir: Path, *overrides: str) -> tuple[subprocess.C
         f"++ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={run_dir / 'metrics.jsonl'}",
         *overrides,
     ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_ADDRESS"))}
+    # A cluster of its own ("local"): a plain ray.init() would join any other Ray instance running on the machine.
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("VERL_")}, "RAY_ADDRESS": "local"}
     run = subprocess.run(command, capture_output=True, text=True, env=env, cwd=run_dir, timeout=RUN_TIMEOUT_S)
     return run, run.stdout[-4000:] + run.stderr[-4000:]
 
