@@ -185,15 +185,16 @@ def build_dump(batch, hint_batch, entropy: torch.Tensor, tokenizer, cpo_config, 
     }
 
 
-def maybe_dump_credit(trainer, batch, hint_batch) -> Path | None:
-    """The trainer hook: at a listed step, write ``step_<N>.json``; otherwise return at once (no work)."""
-    dump_config: CreditDumpConfig = trainer.cpo_config.credit_dump
+def maybe_dump_credit(trainer, batch, hint_batch, cpo_config) -> Path | None:
+    """The trainer hook: at a listed step, write ``step_<N>.json`` shaped with ``cpo_config``, the knobs of the step
+    (RLSD's decayed λ included); otherwise return at once (no work)."""
+    dump_config: CreditDumpConfig = cpo_config.credit_dump
     step = int(trainer.global_steps)
     if step not in dump_config.steps:
         return None
     # The old policy's entropy on the plain batch: the actor's second pass of the step, as its old-log-prob pass.
     entropy = score_batch(trainer, batch, on="actor", entropy=True).entropy.to(batch.batch["response_mask"].device)
-    dump = build_dump(batch, hint_batch, entropy, trainer.tokenizer, trainer.cpo_config, step, dump_config.max_rows)
+    dump = build_dump(batch, hint_batch, entropy, trainer.tokenizer, cpo_config, step, dump_config.max_rows)
     out_dir = dump_config.output_dir(trainer.config.trainer.default_local_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"step_{step}.json"

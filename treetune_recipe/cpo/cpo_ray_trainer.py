@@ -121,15 +121,16 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         batch.batch["gw_log_probs"] = gw_log_probs
         batch.batch["seq_rewards"] = seq_rewards
         batch.batch["difficulty"] = difficulty
-        if dump_step:
-            maybe_dump_credit(self, batch, hint_batch)
-
-        schedule_metrics = {}
+        # The knobs of this step: RLSD's λ decays with the step (the loss and the credit dump shape with λ_t).
+        step_config, schedule_metrics = self.cpo_config, {}
         if self.cpo_config.wrap_method == "rlsd":
             step_lambda = self.cpo_config.rlsd_lambda_at(self.global_steps)
             schedule_metrics["cpo/rlsd_lambda"] = step_lambda
             if self.cpo_config.rlsd_lambda_decay_steps:
-                self._install_cpo_loss(dataclasses.replace(self.cpo_config, rlsd_lambda=step_lambda))
+                step_config = dataclasses.replace(self.cpo_config, rlsd_lambda=step_lambda)
+                self._install_cpo_loss(step_config)
+        if dump_step:
+            maybe_dump_credit(self, batch, hint_batch, step_config)
 
         # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._update_actor returns metrics in
         # meta_info["metrics"] and prefixes the loss's metrics with "actor/"; fit() reduces and logs them.

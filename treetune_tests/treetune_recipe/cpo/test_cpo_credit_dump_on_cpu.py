@@ -53,7 +53,7 @@ def test_off_steps_cost_nothing(monkeypatch):
 
     monkeypatch.setattr(cpo_credit_dump, "score_batch", forbidden)
     trainer = SimpleNamespace(cpo_config=CPOConfig.from_config({"credit_dump": {"steps": [3]}}), global_steps=2)
-    assert maybe_dump_credit(trainer, batch=None, hint_batch=None) is None
+    assert maybe_dump_credit(trainer, batch=None, hint_batch=None, cpo_config=trainer.cpo_config) is None
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +132,7 @@ def test_a_listed_step_reads_the_old_policys_entropy_from_a_second_actor_pass(to
         tokenizer=tokenizer,
         config=SimpleNamespace(trainer=SimpleNamespace(default_local_dir=str(tmp_path / "unused"))),
     )
-    path = maybe_dump_credit(trainer, batch, hint)
+    path = maybe_dump_credit(trainer, batch, hint, trainer.cpo_config)
     assert calls == [(batch, {"on": "actor", "entropy": True})]  # the plain batch, on the actor, with the entropy
     dump = json.loads(path.read_text())
     assert path == tmp_path / "step_2.json" and dump["teacher"] == "policy"

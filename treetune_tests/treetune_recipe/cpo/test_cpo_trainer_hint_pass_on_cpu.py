@@ -29,6 +29,7 @@ from verl import DataProto
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
+from treetune_recipe.cpo import cpo_ray_trainer
 from treetune_recipe.cpo.cpo_advantage_wrappers import get_cpo_wrapper, rows_reading_hint
 from treetune_recipe.cpo.cpo_hint import build_hint_batch
 from treetune_tests.support.cpo_trainer import FakeActorGroup, fake_log_probs, make_trainer, rollout_batch
@@ -208,6 +209,17 @@ def test_rlsd_installs_the_lambda_of_each_step_in_the_loss(monkeypatch):
         installed = trainer.actor_rollout_wg.loss_fns[-1].keywords["cpo"]
         assert installed.rlsd_lambda == pytest.approx(expected) == metrics["cpo/rlsd_lambda"]
     assert trainer.cpo_config.rlsd_lambda == 0.5  # the run's own config is left as configured
+
+
+def test_the_credit_dump_shapes_with_the_lambda_of_its_step(monkeypatch):
+    trainer = make_trainer(monkeypatch, "cpo.wrap_method=rlsd", "cpo.teacher=policy", "cpo.credit_dump.steps=[30]")
+    dumped = []
+    monkeypatch.setattr(
+        cpo_ray_trainer, "maybe_dump_credit", lambda trainer, batch, hint, cpo_config: dumped.append(cpo_config)
+    )
+    trainer.global_steps = 30
+    trainer._update_actor(rollout_batch(trainer))
+    assert [config.rlsd_lambda for config in dumped] == [pytest.approx(0.25)]  # λ_30 = 0.5·(1 - 30/60), not 0.5
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "cpo"])
