@@ -96,7 +96,12 @@ class TrainingRun:
     log_path: Path
 
 
-def _tree_rss(root) -> int:
+#: Seconds the processes a run started may outlive it before :func:`launch_training` ends them.
+LEFTOVER_GRACE_S = 10.0
+
+
+def _tree_rss(root, seen: dict) -> int:
+    """Resident memory of ``root`` and its descendants; adds each descendant to ``seen`` (keyed by pid and start)."""
     import psutil
 
     total = 0
@@ -107,9 +112,31 @@ def _tree_rss(root) -> int:
     for process in processes:
         try:
             total += process.memory_info().rss
+            if process is not root:
+                seen.setdefault((process.pid, process.create_time()), process)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
     return total
+
+
+def _end_leftovers(seen: dict, log) -> None:
+    """End the processes of a finished run that outlive it by :data:`LEFTOVER_GRACE_S` (e.g. a Ray worker that missed
+    its cluster's shutdown and keeps a core busy), and say so in its log. psutil refuses a pid reused since."""
+    import psutil
+
+    _, alive = psutil.wait_procs(list(seen.values()), timeout=LEFTOVER_GRACE_S)
+    names = []
+    for process in alive:
+        try:
+            names.append(process.name())
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    if names:
+        log.write(
+            f"\n[launch_training] ended {len(names)} process(es) of the run still alive {LEFTOVER_GRACE_S:.0f} s "
+            f"after it exited: {', '.join(sorted(names))}\n"
+        )
 
 
 def _kill_tree(root) -> None:
@@ -144,9 +171,11 @@ def launch_training(
     """Run ``python -m <entry_module> --config-path <config_dir> --config-name <config_name> <overrides>``.
 
     Output is written to ``log_path`` and, line by line, passed to ``echo``. On timeout the process and all its
-    descendants (the Ray cluster it started) are killed. The run starts its own Ray instance (``RAY_ADDRESS=local``)
-    unless ``env`` names a cluster: a plain ``ray.init()`` would otherwise join whatever cluster ``RAY_ADDRESS`` or
-    the machine's last ``ray start`` points to, and then refuse the run's ``ray_init`` resources.
+    descendants (the Ray cluster it started) are killed; after any exit, the processes it started that outlive it by
+    :data:`LEFTOVER_GRACE_S` are ended, with a line in the log. The run starts its own Ray instance
+    (``RAY_ADDRESS=local``) unless ``env`` names a cluster: a plain ``ray.init()`` would otherwise join whatever
+    cluster ``RAY_ADDRESS`` or the machine's last ``ray start`` points to, and then refuse the run's ``ray_init``
+    resources.
 
     Args:
         overrides: Hydra overrides.
@@ -190,6 +219,7 @@ def launch_training(
         threading.Thread(target=pump, daemon=True).start()
         last_sample = 0.0
         finished_output = False
+        seen: dict = {}
         while True:
             try:
                 line = lines.get(timeout=sample_s)
@@ -203,7 +233,7 @@ def launch_training(
                     echo(line.rstrip("\n"))
             now = time.monotonic()
             if now - last_sample >= sample_s:
-                peak = max(peak, _tree_rss(root))
+                peak = max(peak, _tree_rss(root, seen))
                 last_sample = now
             if finished_output and process.poll() is not None:
                 break
@@ -213,6 +243,7 @@ def launch_training(
                 process.wait()
                 log.write(f"\n[launch_training] killed after {timeout_s:.0f} s timeout\n")
                 break
+        _end_leftovers(seen, log)
     return TrainingRun(
         returncode=process.returncode,
         wall_s=time.monotonic() - start,

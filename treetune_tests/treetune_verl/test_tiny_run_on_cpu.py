@@ -18,6 +18,8 @@ A plain ``ray.init()`` joins the cluster named by ``RAY_ADDRESS`` or, failing th
 shared box fails every tiny run launched meanwhile.
 """
 
+import time
+
 import pytest
 
 from treetune_verl.tiny_run import launch_training
@@ -47,3 +49,32 @@ def test_a_tiny_run_joins_the_cluster_its_caller_names(ray_address_printer, tmp_
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     address = _launched_ray_address(ray_address_printer, tmp_path, env={"RAY_ADDRESS": "10.0.0.2:6379"})
     assert address == "10.0.0.2:6379"
+
+
+@pytest.fixture
+def orphan_maker(tmp_path):
+    """A module that starts a long sleeper in a new session, its output not on the run's pipe (as Ray's raylet starts
+    its workers, which write to files), writes the sleeper's pid to ``sleeper.pid`` and exits 2 s later (the sleeper
+    is in the process tree long enough to be seen)."""
+    (tmp_path / "leave_an_orphan.py").write_text(
+        "import subprocess, sys, time\n"
+        "sleeper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], start_new_session=True,\n"
+        "                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "open('sleeper.pid', 'w').write(str(sleeper.pid))\n"
+        "time.sleep(2)\n"
+    )
+    return "leave_an_orphan"
+
+
+def test_processes_a_run_leaves_behind_are_ended_after_it_exits(orphan_maker, tmp_path):
+    import psutil
+
+    run = launch_training([], tmp_path / "train.log", entry_module=orphan_maker, cwd=tmp_path, timeout_s=60)
+    assert run.returncode == 0 and not run.timed_out, run.log_path.read_text()
+    sleeper = int((tmp_path / "sleeper.pid").read_text())
+    # Gone (or a zombie waiting for its new parent to reap it) within a second of the kill, and the log says so.
+    deadline = time.monotonic() + 5
+    while psutil.pid_exists(sleeper) and psutil.Process(sleeper).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, f"pid {sleeper} still {psutil.Process(sleeper).status()}"
+        time.sleep(0.1)
+    assert "[launch_training] ended 1 process(es) of the run still alive" in run.log_path.read_text()
