@@ -167,8 +167,7 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(two_step_run, conte
     import torch
 
     assets_dir, steps = context_sensitive_assets_dir, 2
-    run, metrics, run_dir = two_step_run
-    assert sorted(metrics) == list(range(1, steps + 1))
+    run, metrics, run_dir = two_step_run  # run_cpo checked that steps 1..2 were logged
     assert "rollout health" not in run.log_path.read_text()  # no guard warning
     for step, values in metrics.items():
         for key in (*DRIVER_METRICS, *LOSS_METRICS, "timing_s/cpo_hint_batch", "actor/pg_loss", "actor/kl_loss"):
@@ -290,7 +289,6 @@ def teacher_runs(context_sensitive_assets_dir, tmp_path_factory):
                     *overrides,
                 ],
             )
-            assert sorted(metrics) == list(range(1, steps + 1)), name
             runs[name] = run_dir, metrics
         return runs[name]
 
