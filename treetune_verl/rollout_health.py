@@ -22,10 +22,11 @@ old-log-prob pass):
 - ``training/rollout_probs_diff_mean`` (:data:`PROBS_DIFF_METRIC`): mean of ``|exp(old) - exp(rollout)|`` over the
   same tokens.
 
-A healthy CPU run (fp32 rollout, bf16 trainer) gives a KL of about 0.001 and a probs diff of a few thousandths; runs
-that trained on wrong log-probs because of the upstream attention-mask bug (verl issue #6278, fixed here by the
-``no_padding_attention_mask`` patch) showed about 3 nats and 0.4, every step, and nothing read them. This module
-reads them:
+A healthy CPU run gives a KL of about 1e-8 on verl 0.9.1, where verl-cpu's profile has the trainer compute in fp32
+like the rollout, and about 0.001 with a probs diff of a few thousandths on verl 0.7.1, whose trainer autocasts to
+bf16. Runs that trained on wrong log-probs because of the upstream attention-mask bug (verl issue #6278, fixed here
+by the ``no_padding_attention_mask`` patch) showed about 3 nats and 0.4, every step, and nothing read them. This
+module reads them:
 
 - :class:`RolloutHealthConfig` is the ``treetune.rollout_health`` block (thresholds; an invalid value fails at
   start-up, on the driver before Ray, in ``treetune_recipe.cpo.preflight.check_cpo_run``, and again when the trainer

@@ -32,6 +32,11 @@ shipped warm start (``warm_start.SHIPPED_WEIGHTS``, the same weights on every ma
     vllm     0     2e-4  -0.756 -> -0.300 (+0.46)               +0.45  0.125 -> 0.625   1.4e-3                 238 s
     hf       0     0     -0.819 -> -0.800 (+0.02)               +0.03  0.125 -> 0.125   1.4e-3                 212 s
 
+The trainer computed under bf16 autocast in those runs. verl-cpu's profile now trains in fp32, and on the shipped warm
+start (greedy accuracy 0.0625 on these prompts), on a 2-core AMD EPYC without AVX-512:
+
+    hf       0     2e-4  -0.812 -> -0.263 (+0.55)               +0.63  0.0625 -> 0.5    4.9e-8                 302 s
+
 The runs of the table were not reproducible (the warm start was rebuilt by an SFT that is not bitwise reproducible,
 and the ``hf`` server then drew every batch from one shared random stream, so one seed sampled differently from run
 to run; both are fixed now): seed 0 has
@@ -72,7 +77,8 @@ RUN_TIMEOUT_S = 900
 #: Below every learning run measured, above the lr-0 control (see the module docstring).
 REWARD_TREND_MIN = 0.15
 VAL_ACC_GAIN_MIN = 2 / NUM_PROMPTS
-#: Healthy bf16-trainer vs fp32-rollout mismatch is about 1e-3 nats per token; the attention-mask bug gave ~3.
+#: Healthy mismatch: below 5e-8 nats per token with the fp32 trainer, about 1e-3 with the former bf16 one; the
+#: attention-mask bug gave ~3.
 ROLLOUT_KL_MAX = 0.01
 REWARD_KEY = "critic/score/mean"
 #: The only ``cpo/`` metrics a GRPO run logs: the prompt-group outcome shares, logged for every estimator.
