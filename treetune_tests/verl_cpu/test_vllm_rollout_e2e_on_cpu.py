@@ -51,9 +51,11 @@ pytestmark = [
 
 RUN_TIMEOUT_S = 600
 CPO_STEPS = 3
-#: The run-health guard's default warning threshold. Measured on these runs (fp32 vLLM vs the bf16 trainer, 3 steps of
-#: 32 responses): |kl| <= 0.0025 on a healthy GRPO run; 0.036-0.048 with the trainer on all 640 rows; 2.42 and 4.45 at
-#: steps 2 and 3 with stale weights.
+#: The run-health guard's default warning threshold. Measured on these runs with the bf16 trainer (3 steps of 32
+#: responses): |kl| <= 0.0025 on a healthy GRPO run; 0.036-0.048 with the trainer on all 640 rows; 2.42 and 4.45 at
+#: steps 2 and 3 with stale weights. With the fp32 trainer of verl-cpu's profile: 0.0 at every step of the CPO run
+#: (fp32 vLLM computes the trainer's log-probs exactly); 0.038 with the trainer on all rows; 1.66 at step 2 with stale
+#: weights.
 ROLLOUT_KL_MAX = 0.01
 HELPERS = Path(__file__).with_name("helpers")
 #: The settings every run shares: verl's vLLM rollout; 32 responses a step (8 prompts x 4), so rollout_corr/kl is a
