@@ -13,9 +13,12 @@
 # limitations under the License.
 """Time per step of GRPO, CPO scoring every row under the hint and CPO scoring only the rows it reads, on CPU.
 
-Three runs, one after the other, on the same tiny config (the CPO recipe's, ``platform=cpu``): ``grpo``
+Runs one after the other on the same tiny config (the CPO recipe's, ``platform=cpu``): ``grpo``
 (``algorithm.adv_estimator=grpo``), ``cpo_all`` (``cpo.hint.rescore=all``) and ``cpo_needed``
-(``cpo.hint.rescore=needed``). All three use dynamic batch sizes (the GPU launch scripts' setting: a pass costs
+(``cpo.hint.rescore=needed``), the hinted pass on the actor (teacher ``policy``); with ``--runs``, also
+``cpo_initial`` and ``cpo_refreshed``: ``cpo_needed`` with the hinted pass on verl's reference worker (teacher
+``initial``, and ``refreshed`` from the actor every :data:`BENCH_REFRESH_STEPS` steps, so that the measured steps
+include refreshes). All use dynamic batch sizes (the GPU launch scripts' setting: a pass costs
 the tokens it scores) and the ``compute_score_half_correct`` reward, a stand-in for a policy right about half the
 time (the tiny random model never is), so that CPO has rows whose hinted log-probs it does not read. The first
 ``warmup`` steps are dropped. Prints the median step time and its parts side by side (nested parts indented under
@@ -29,7 +32,8 @@ full one).
 Run folders go under ``--work-dir`` (default: a new temporary folder); they are deleted after a successful
 benchmark unless ``--keep``, and always kept when a run fails (the message names the log).
 
-    python -m treetune_scripts.bench_cpo_vs_grpo_cpu [--steps 3] [--warmup 1] [--keep] [hydra overrides ...]
+    python -m treetune_scripts.bench_cpo_vs_grpo_cpu [--steps 3] [--warmup 1] [--runs grpo,cpo_all,...] [--keep]
+        [hydra overrides ...]
 """
 
 from __future__ import annotations
@@ -44,11 +48,21 @@ from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
 from treetune_verl.tiny_assets import build_tiny_assets
 from treetune_verl.tiny_run import METRICS_FILE, read_metrics
 
+#: Refresh period of the ``cpo_refreshed`` run: short, so that a few measured steps hold a refresh.
+BENCH_REFRESH_STEPS = 2
 RUNS = {
     "grpo": ["algorithm.adv_estimator=grpo"],
     "cpo_all": ["algorithm.adv_estimator=cpo", "cpo.hint.rescore=all"],
     "cpo_needed": ["algorithm.adv_estimator=cpo", "cpo.hint.rescore=needed"],
+    "cpo_initial": ["algorithm.adv_estimator=cpo", "cpo.hint.rescore=needed", "cpo.teacher=initial"],
+    "cpo_refreshed": [
+        "algorithm.adv_estimator=cpo",
+        "cpo.hint.rescore=needed",
+        "cpo.teacher=refreshed",
+        f"cpo.teacher_refresh_steps={BENCH_REFRESH_STEPS}",
+    ],
 }
+DEFAULT_RUNS = "grpo,cpo_all,cpo_needed"
 COMMON_OVERRIDES = [
     "actor_rollout_ref.actor.use_dynamic_bsz=true",  # the rollout and ref log-prob passes follow it by interpolation
     "reward.custom_reward_function.name=compute_score_half_correct",
@@ -181,15 +195,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=1, help="steps dropped at the start (default 1)")
     parser.add_argument("--work-dir", type=Path, default=None, help="folder for the runs (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the run folders after a successful benchmark")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides for all three runs")
+    parser.add_argument(
+        "--runs", default=DEFAULT_RUNS, help=f"comma-separated, the first is the baseline; of {list(RUNS)}"
+    )
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run")
     args = parser.parse_args(argv)
+    names = [name.strip() for name in args.runs.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(RUNS))
+    if unknown or not names:
+        parser.error(f"--runs: unknown {unknown or 'empty'}; choose from {list(RUNS)}")
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="bench_cpo_"))
     work_dir.mkdir(parents=True, exist_ok=True)
     stats = {
         name: summarize_steps(run_once(name, args.warmup + args.steps, work_dir, args.overrides), args.warmup)
-        for name in RUNS
+        for name in names
     }
-    print(f"GRPO vs CPO (rescore=all, rescore=needed) on the CPU backend, {args.steps} steps after {args.warmup} "
+    print(f"{', '.join(names)} on the CPU backend, {args.steps} steps after {args.warmup} "
           f"warm-up step(s); overrides: {' '.join(COMMON_OVERRIDES + args.overrides)}")  # fmt: skip
     print(format_table(stats))
     print(format_summary(stats))

@@ -110,3 +110,23 @@ def test_a_failed_run_keeps_its_folder_and_names_an_existing_log(monkeypatch, tm
     assert log_path.read_text() == "Traceback: boom\n"
     assert launched[0][-1] == "trainer.seed=3" and "algorithm.adv_estimator=grpo" in launched[0]
     assert "reward.custom_reward_function.name=compute_score_half_correct" in launched[0]
+
+
+def test_runs_selects_the_teacher_runs_in_order_and_refuses_an_unknown_one(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(bench, "build_tiny_assets", lambda: tmp_path / "assets")
+    launched = []
+
+    def fake_run(name, steps, work_dir, overrides):
+        launched.append([*bench.RUNS[name], *overrides])
+        return {step: CPO_NEEDED for step in range(1, steps + 1)}
+
+    monkeypatch.setattr(bench, "run_once", fake_run)
+    bench.main(["--runs", "cpo_initial,cpo_refreshed", "--work-dir", str(tmp_path / "work")])
+    assert [run[-1] for run in launched] == ["cpo.teacher=initial", "cpo.teacher_refresh_steps=2"]
+    assert "cpo.teacher=refreshed" in launched[1]
+    assert "cpo_refreshed/cpo_initial" in capsys.readouterr().out
+
+    launched.clear()
+    with pytest.raises(SystemExit):
+        bench.main(["--runs", "grpo,cpo_fixed"])
+    assert launched == [] and "unknown ['cpo_fixed']" in capsys.readouterr().err
