@@ -134,24 +134,28 @@ def format_table(stats: dict[str, dict[str, float]]) -> str:
             return run.get(parent, 0.0) - sum(run.get(child, 0.0) for child in children)
         return run.get(key, 0.0)
 
-    header = f"{'seconds per step (median)':<40}" + "".join(f"{name:>12}" for name in names)
+    width = max(12, *(len(name) + 2 for name in names))
+    header = f"{'seconds per step (median)':<40}" + "".join(f"{name:>{width}}" for name in names)
     header += "".join(f"{name + '/' + base:>20}" for name in names[1:])
     lines = [header]
     for key, label in table_rows(keys):
         values = [value(stats[name], key) for name in names]
         ratios = [f"{v / values[0]:.2f}x" if values[0] > 0 else "-" for v in values[1:]]
-        lines.append(f"{label:<40}" + "".join(f"{v:>12.3f}" for v in values) + "".join(f"{r:>20}" for r in ratios))
+        lines.append(f"{label:<40}" + "".join(f"{v:>{width}.3f}" for v in values) + "".join(f"{r:>20}" for r in ratios))
     lines.append("(indented parts run inside the part above them; `rest of ...` = the parent minus those parts)")
     return "\n".join(lines)
 
 
 def format_summary(stats: dict[str, dict[str, float]]) -> str:
     """Per run: step time, hinted-pass ratio and the hint fractions; the target checks of ``cpo_needed``."""
-    lines = [f"{'run':<12}{'step s':>10}{'gw_log_prob/old_log_prob':>28}{'hint_rows_frac':>18}{'hint_token_ratio':>18}"]
+    width = max(12, *(len(name) + 2 for name in stats))
+    lines = [
+        f"{'run':<{width}}{'step s':>10}{'gw_log_prob/old_log_prob':>28}{'hint_rows_frac':>18}{'hint_token_ratio':>18}"
+    ]
     for name, run in stats.items():
         texts = [hint_pass_ratio(run), *(run.get(key) for key in HINT_FRACTIONS)]
         texts = [f"{value:.2f}" if value is not None else "-" for value in texts]
-        lines.append(f"{name:<12}{run.get('timing_s/step', 0.0):>10.3f}{texts[0]:>28}{texts[1]:>18}{texts[2]:>18}")
+        lines.append(f"{name:<{width}}{run.get('timing_s/step', 0.0):>10.3f}{texts[0]:>28}{texts[1]:>18}{texts[2]:>18}")
     needed = stats.get("cpo_needed", {})
     ratio, frac, tokens = hint_pass_ratio(needed), needed.get("cpo/hint_rows_frac"), needed.get("cpo/hint_token_ratio")
     if ratio is None or frac is None:
