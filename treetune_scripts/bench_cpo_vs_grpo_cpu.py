@@ -121,6 +121,11 @@ def table_rows(keys: set[str]) -> list[tuple[str, str]]:
     return rows
 
 
+def name_column_width(names) -> int:
+    """Width of a column headed or filled by run names: the longest name and two spaces, at least 12."""
+    return max(12, *(len(name) + 2 for name in names))
+
+
 def format_table(stats: dict[str, dict[str, float]]) -> str:
     """Step parts of every run side by side, and each run's time relative to the first run."""
     names = list(stats)
@@ -134,7 +139,7 @@ def format_table(stats: dict[str, dict[str, float]]) -> str:
             return run.get(parent, 0.0) - sum(run.get(child, 0.0) for child in children)
         return run.get(key, 0.0)
 
-    width = max(12, *(len(name) + 2 for name in names))
+    width = name_column_width(names)
     header = f"{'seconds per step (median)':<40}" + "".join(f"{name:>{width}}" for name in names)
     header += "".join(f"{name + '/' + base:>20}" for name in names[1:])
     lines = [header]
@@ -148,7 +153,7 @@ def format_table(stats: dict[str, dict[str, float]]) -> str:
 
 def format_summary(stats: dict[str, dict[str, float]]) -> str:
     """Per run: step time, hinted-pass ratio and the hint fractions; the target checks of ``cpo_needed``."""
-    width = max(12, *(len(name) + 2 for name in stats))
+    width = name_column_width(stats)
     lines = [
         f"{'run':<{width}}{'step s':>10}{'gw_log_prob/old_log_prob':>28}{'hint_rows_frac':>18}{'hint_token_ratio':>18}"
     ]
@@ -200,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--work-dir", type=Path, default=None, help="folder for the runs (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the run folders after a successful benchmark")
     parser.add_argument(
-        "--runs", default=DEFAULT_RUNS, help=f"comma-separated, the first is the baseline; of {list(RUNS)}"
+        "--runs", default=DEFAULT_RUNS, help=f"comma-separated names from {list(RUNS)}; the first is the baseline"
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run")
     args = parser.parse_args(argv)
