@@ -107,6 +107,7 @@ def check_cpo_run(config, tokenizer=None) -> CPOConfig:
       ``ability``, no row needs ``extra_info.question``);
     - prompts longer than ``data.max_prompt_length`` while verl would neither filter nor truncate them;
     - the ``treetune.rollout_health`` thresholds of the run-health guard (every estimator);
+    - the seeded agent loop only where it can seed (``treetune_verl/seeded_agent_loop.py``: vLLM, verl 0.9.1);
     - with CPO on: the solution key of the hint prompt in the training rows (every row with ``on_missing=error``; the
       share of rows without one is printed; none at all stops unless ``cpo.hint.allow_all_missing=true``), and the
       hint prompt of the longest question fitting ``cpo.hint.max_prompt_length`` with an empty solution.
@@ -122,12 +123,16 @@ def check_cpo_run(config, tokenizer=None) -> CPOConfig:
         PreflightError: (a ``ValueError``) listing every problem found, each naming the key, the value and the fix.
     """
     from treetune_verl.data.rl_schema import check_rl_files, overlong_prompt_problems
+    from treetune_verl.seeded_agent_loop import configured_seeding_problem
 
     cpo_config = check_cpo_config(config)
     try:  # RayCPOTrainer's guard, for every estimator: the error it would raise in its actor, before Ray
         RolloutHealthConfig.from_run_config(config)
     except ValueError as error:
         raise PreflightError(str(error)) from None
+    seeding_problem = configured_seeding_problem(config)
+    if seeding_problem:
+        raise PreflightError(seeding_problem)
     train = check_rl_files(config.data.train_files, require_solution=False, what="data.train_files")
     val = check_rl_files(config.data.val_files, require_solution=False, what="data.val_files", require_ability=False)
     data = config.data
