@@ -11,8 +11,9 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The check every end-to-end test makes of a finished training run, in one place."""
+"""The checks end-to-end tests make of a finished training run, in one place."""
 
+import json
 from pathlib import Path
 
 from treetune_verl.tiny_run import METRICS_FILE, TrainingRun, read_metrics
@@ -35,3 +36,10 @@ def finished_run_metrics(run: TrainingRun, run_dir: Path, steps: int | None = No
     if steps is not None:
         assert sorted(metrics) == list(range(1, steps + 1)), f"logged steps {sorted(metrics)}:\n{log_tail(run)}"
     return metrics
+
+
+def step_rollouts(run_dir: Path, step: int = 1) -> list[tuple]:
+    """(prompt, response, score) of every sample of ``step``, in batch order, from the run's rollout dump
+    (``trainer.rollout_data_dir=<run_dir>/rollouts``)."""
+    lines = (Path(run_dir) / "rollouts" / f"{step}.jsonl").read_text().splitlines()
+    return [(row["input"], row["output"], row["score"]) for row in map(json.loads, lines)]

@@ -35,7 +35,7 @@ from safetensors.torch import load_file
 from treetune_recipe.cpo import ENTRY_MODULE
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
 from treetune_tests.support import engine_harness as HARNESS
-from treetune_tests.support.runs import finished_run_metrics
+from treetune_tests.support.runs import finished_run_metrics, step_rollouts
 from treetune_verl.rollout_health import CHECKED_METRIC, WARNING_METRIC
 from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 from treetune_verl.tiny_run import tiny_run_overrides
@@ -351,10 +351,9 @@ def test_refreshed_teacher_takes_the_actors_weights_at_the_refresh_step(teacher_
 
 
 def step_one_rollouts(run_dir) -> list[tuple]:
-    """(prompt, response, score) of every step-1 sample from verl's rollout dump, sorted: which row of a prompt group
-    gets which of its responses follows their arrival at the hf server (verl numbers its samples for vLLM only)."""
-    lines = (run_dir / "rollouts" / "1.jsonl").read_text().splitlines()
-    return sorted((row["input"], row["output"], row["score"]) for row in map(json.loads, lines))
+    """(prompt, response, score) of every step-1 sample, sorted: which row of a prompt group gets which of its
+    responses follows their arrival at the hf server (verl numbers its samples for vLLM only)."""
+    return sorted(step_rollouts(run_dir, step=1))
 
 
 @pytest.mark.e2e
