@@ -17,6 +17,10 @@ Every number of the summary is computed here from ``results.csv`` alone (definit
 be recomputed by anyone. Usage::
 
     python -m treetune_scripts.experiments.summary outputs/experiments/cpo_vs_grpo
+    python -m treetune_scripts.experiments.summary DIR_A DIR_B --output-dir OUT [--methods grpo,cpo:opsd_token]
+
+Several folders (the same warm start, e.g. a second experiment that added a method) are summarised as one: their rows
+are combined into ``OUT/results.csv``, then summarised and plotted from there.
 """
 
 from __future__ import annotations
@@ -322,16 +326,54 @@ def _warm_info(experiment_dir: Path) -> dict | None:
     return read_build_info(warm_dir) if (warm_dir / "build_info.json").is_file() else None
 
 
+def combine_results(experiment_dirs: list[Path], results_csv: Path, methods: list[str] | None = None) -> Path:
+    """Write the ``results.csv`` rows of several experiment folders (of ``methods`` only, if given) into one file.
+
+    Raises:
+        ValueError: if the folders do not share one warm start (``experiment.json``), or two of them hold a run of
+            the same method and seed.
+    """
+    import json
+
+    warm_starts = {json.loads((d / "experiment.json").read_text())["warm_start"] for d in experiment_dirs}
+    if len(warm_starts) != 1:
+        raise ValueError(f"The experiments started from different warm starts ({sorted(warm_starts)}); not comparable.")
+    header, rows, runs_seen = None, [], set()
+    for directory in experiment_dirs:
+        with open(directory / "results.csv", newline="") as handle:
+            reader = csv.DictReader(handle)
+            header = header or reader.fieldnames
+            kept = [row for row in reader if methods is None or row["method"] in methods]
+        runs = {(row["method"], row["seed"]) for row in kept}
+        if runs & runs_seen:
+            raise ValueError(f"Runs {sorted(runs & runs_seen)} of {directory} are in an earlier folder too.")
+        runs_seen |= runs
+        rows += kept
+    results_csv.parent.mkdir(parents=True, exist_ok=True)
+    with open(results_csv, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=header)
+        writer.writeheader()
+        writer.writerows(rows)
+    return results_csv
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("experiment_dir", type=Path)
+    parser.add_argument("experiment_dirs", type=Path, nargs="+", help="experiment folders (one results.csv each)")
+    parser.add_argument("--output-dir", type=Path, help="needed with several folders or --methods (a new folder)")
+    parser.add_argument("--methods", help="comma-separated methods to keep (default: all)")
     args = parser.parse_args(argv)
-    print(
-        write_summary(
-            args.experiment_dir / "results.csv", args.experiment_dir / "summary.md", _warm_info(args.experiment_dir)
-        )
-    )
-    plot_curves(args.experiment_dir / "results.csv", args.experiment_dir / "curves.png")
+    directories = args.experiment_dirs
+    if len(directories) == 1 and args.methods is None and args.output_dir is None:
+        output_dir = directories[0]  # summarised in place
+    elif args.output_dir is None or args.output_dir in directories:
+        parser.error("several folders or --methods need an --output-dir other than the experiment folders")
+    else:
+        output_dir = args.output_dir
+        combine_results(directories, output_dir / "results.csv", args.methods.split(",") if args.methods else None)
+    results_csv = output_dir / "results.csv"
+    print(write_summary(results_csv, output_dir / "summary.md", _warm_info(directories[0])))
+    plot_curves(results_csv, output_dir / "curves.png")
 
 
 if __name__ == "__main__":

@@ -306,6 +306,38 @@ def test_summary_numbers_by_hand(tmp_path):
     assert "| +0.3000 [-0.9706, +1.5706] (n=2) |" in table and "| baseline |" in table
 
 
+def _experiment_folder(path, warm_start, rows):
+    path.mkdir(parents=True)
+    (path / "experiment.json").write_text(json.dumps({"warm_start": warm_start}))
+    _write_csv(path / "results.csv", rows)
+    return path
+
+
+def test_summary_of_two_folders_pairs_a_method_added_later_with_the_first_folders_grpo(tmp_path):
+    def run(method, seed, final):
+        return [
+            {"method": method, "seed": seed, "step": 0, "val_acc": 0.2},
+            {"method": method, "seed": seed, "step": 2, "val_acc": final, "step_time_s": 1.0},
+        ]
+
+    grpo = run("grpo", 0, 0.3) + run("grpo", 1, 0.1)
+    first = _experiment_folder(tmp_path / "a", "w1", grpo + run("cpo:rlsd", 0, 0.9))
+    added = _experiment_folder(tmp_path / "b", "w1", run("cpo:opsd_token", 0, 0.5) + run("cpo:opsd_token", 1, 0.2))
+    out = tmp_path / "both"
+    summary.main([str(first), str(added), "--output-dir", str(out), "--methods", "grpo,cpo:opsd_token"])
+    stats = summary.summarize(summary.read_results(out / "results.csv"))
+    assert sorted(stats["methods"]) == ["cpo:opsd_token", "grpo"]  # cpo:rlsd left out
+    # Paired with grpo of the same seed: +0.2 and +0.1.
+    assert stats["methods"]["cpo:opsd_token"]["final_vs_grpo"][0] == pytest.approx(0.15)
+    assert (out / "summary.md").is_file() and (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    # Controls: another warm start, or the same run in both folders, is refused.
+    other = _experiment_folder(tmp_path / "c", "w2", run("cpo:opsd_token", 2, 0.5))
+    with pytest.raises(ValueError, match="different warm starts"):
+        summary.combine_results([first, other], tmp_path / "x.csv")
+    with pytest.raises(ValueError, match="in an earlier folder too"):
+        summary.combine_results([first, _experiment_folder(tmp_path / "d", "w1", run("grpo", 1, 0.1))], tmp_path / "x")
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # The whole pipeline, --quick
 # ----------------------------------------------------------------------------------------------------------------------
