@@ -123,7 +123,7 @@ def check_cpo_run(config, tokenizer=None) -> CPOConfig:
         PreflightError: (a ``ValueError``) listing every problem found, each naming the key, the value and the fix.
     """
     from treetune_verl.data.rl_schema import check_rl_files, overlong_prompt_problems
-    from treetune_verl.seeded_agent_loop import configured_seeding_problem
+    from treetune_verl.rollout_seeds import configured_seeding_problem
 
     cpo_config = check_cpo_config(config)
     try:  # RayCPOTrainer's guard, for every estimator: the error it would raise in its actor, before Ray

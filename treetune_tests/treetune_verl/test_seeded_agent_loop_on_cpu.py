@@ -20,9 +20,9 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from treetune_verl.seeded_agent_loop import (
+from treetune_verl.rollout_seeds import (
     SEEDED_AGENT_LOOP,
-    _SeedingServerClient,
+    SeedingServerClient,
     configured_seeding_problem,
     sample_seed,
 )
@@ -44,7 +44,7 @@ class _RecordingClient:
 def _send(rollout_seed: int, requests: list[tuple[int, list[int]]], sampling_params: dict) -> list[dict]:
     """Send ``(priority, prompt_ids)`` requests through a seeding client; return what the inner client received."""
     recorder = _RecordingClient()
-    seeding = _SeedingServerClient(recorder, rollout_seed)
+    seeding = SeedingServerClient(recorder, rollout_seed)
 
     async def send_all():
         for priority, prompt_ids in requests:
@@ -68,7 +68,7 @@ def test_the_n_samples_of_a_prompt_get_n_seeds_that_a_rerun_repeats():
 
 
 def test_the_seed_is_a_63_bit_int_that_does_not_depend_on_the_process():
-    script = "from treetune_verl.seeded_agent_loop import sample_seed; print(sample_seed(3, 11, [1, 2, 3]))"
+    script = "from treetune_verl.rollout_seeds import sample_seed; print(sample_seed(3, 11, [1, 2, 3]))"
     other_process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     seed = sample_seed(3, 11, [1, 2, 3])
     assert int(other_process.stdout) == seed  # Python's hash() is salted per process; this must not be
@@ -83,7 +83,7 @@ def test_a_seed_the_caller_set_is_kept_and_the_callers_params_are_not_changed():
     _send(7, [(0, [1])], unseeded)
     assert unseeded == {"temperature": 1.0}
     # Every other attribute is the wrapped client's.
-    assert _SeedingServerClient(_RecordingClient(), 0).config == "the client's own attribute"
+    assert SeedingServerClient(_RecordingClient(), 0).config == "the client's own attribute"
 
 
 def _run_config(engine: str, agent_loop: str = SEEDED_AGENT_LOOP):

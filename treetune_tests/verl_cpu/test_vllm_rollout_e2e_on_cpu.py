@@ -43,7 +43,7 @@ from verl_cpu.host import vllm_on_cpu_available
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
 from treetune_tests.support.runs import finished_run_metrics, step_rollouts
 from treetune_verl.rollout_health import CHECKED_METRIC, KL_METRIC, PROBS_DIFF_METRIC, WARNING_METRIC
-from treetune_verl.seeded_agent_loop import SEEDED_AGENT_LOOP
+from treetune_verl.rollout_seeds import SEEDED_AGENT_LOOP
 from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 from treetune_verl.tiny_run import launch_training, tiny_run_overrides
 
