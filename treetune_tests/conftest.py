@@ -28,7 +28,6 @@ LONGEST_FIRST = (
     "test_verl_cpu_alone_on_cpu.py",
     "test_cpo_vs_grpo_on_cpu.py",
     "test_cpo_interrupted_runs_e2e_on_cpu.py",
-    "test_cpo_multinode_on_cpu.py",
     "test_rollout_health_e2e_on_cpu.py",
 )
 

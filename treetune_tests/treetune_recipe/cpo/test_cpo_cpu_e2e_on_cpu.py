@@ -21,7 +21,9 @@ marked ``both_releases``: CI runs them on both releases, the other tests on the 
 The two-step CPO run trains the context-sensitive tiny model (log-probs that move by nats with the context) on two
 data-parallel workers with batch balancing, so its numbers check the whole pipeline: the rollout's log-probs against the
 trainer's (``rollout_corr/kl``, weight sync included), and the old and hinted log-probs of the credit dump (hinted pass
-padded for DP, balanced and scattered back) against fp32 transformers, each with a corrupted-input control.
+padded for DP, balanced and scattered back) against fp32 transformers, each with a corrupted-input control. It runs
+as a multi-node GPU run does: ``trainer.nnodes=2``, attached to a two-node Ray cluster started on this machine
+(``treetune_tests/support/ray_cluster.py``), whose actor table then tells on which node each worker ran.
 """
 
 import json
@@ -35,6 +37,7 @@ from safetensors.torch import load_file
 from treetune_recipe.cpo import ENTRY_MODULE
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
 from treetune_tests.support import engine_harness as HARNESS
+from treetune_tests.support.ray_cluster import attach_env, attach_overrides, cluster_record, two_node_cluster
 from treetune_tests.support.runs import finished_run_metrics, step_rollouts
 from treetune_verl.rollout_health import CHECKED_METRIC, WARNING_METRIC
 from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
@@ -132,33 +135,39 @@ TWO_STEP_SEED = 1
 
 @pytest.fixture(scope="module")
 def two_step_run(context_sensitive_assets_dir, tmp_path_factory):
-    """The two-step CPO run (policy teacher, two data-parallel workers); returns (run, metrics, run folder)."""
+    """The two-step CPO run (policy teacher, two data-parallel trainer ranks, one on each node of a two-node Ray
+    cluster on this machine); returns (run, metrics, run folder, what the cluster recorded)."""
     run_dir = tmp_path_factory.mktemp("two_step")
-    run, metrics = run_cpo(
-        context_sensitive_assets_dir,
-        run_dir,
-        steps=2,
-        extra=[
-            "actor_rollout_ref.actor.optim.lr=1e-2",  # a visible weight change after two steps
-            f"data.seed={TWO_STEP_SEED}",
-            f"++actor_rollout_ref.rollout.engine_kwargs.hf.seed={TWO_STEP_SEED}",
-            *([f"trainer.rollout_data_dir={run_dir / 'rollouts'}"] if not verl_is("0.7.1") else []),
-            "trainer.save_freq=1",  # the weights of each step, for the teacher check of step 2
-            "actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model]",
-            # About half the responses count as correct (the tiny model never answers right), so the steps have
-            # correct responses, whose hinted log-probs seq_kl (alpha+ = 0) never reads.
-            "reward.custom_reward_function.name=compute_score_half_correct",
-            # Two data-parallel trainer workers (verl balances the batch over them by default).
-            "trainer.n_gpus_per_node=2",
-            "ray_kwargs.ray_init.num_gpus=2",
-            "++ray_kwargs.ray_init.resources.cpu=2",
-            "trainer.balance_batch=true",
-            # Steps 1 and 2 score every row under the hint and dump old and hinted log-probs with token ids.
-            "cpo.credit_dump.steps=[1,2]",
-            f"cpo.credit_dump.dir={run_dir / 'credit'}",
-        ],
-    )
-    return run, metrics, run_dir
+    with two_node_cluster() as address:
+        run = launch_cpo_on_cpu(
+            [
+                "actor_rollout_ref.rollout.n=4",
+                "actor_rollout_ref.actor.optim.lr=1e-2",  # a visible weight change after two steps
+                f"data.seed={TWO_STEP_SEED}",
+                f"++actor_rollout_ref.rollout.engine_kwargs.hf.seed={TWO_STEP_SEED}",
+                *([f"trainer.rollout_data_dir={run_dir / 'rollouts'}"] if not verl_is("0.7.1") else []),
+                "trainer.save_freq=1",  # the weights of each step, for the teacher check of step 2
+                "actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model]",
+                # About half the responses count as correct (the tiny model never answers right), so the steps have
+                # correct responses, whose hinted log-probs seq_kl (alpha+ = 0) never reads.
+                "reward.custom_reward_function.name=compute_score_half_correct",
+                # Two data-parallel trainer ranks, one per node (verl balances the batch over them by default).
+                *attach_overrides(),
+                "trainer.balance_batch=true",
+                # Steps 1 and 2 score every row under the hint and dump old and hinted log-probs with token ids.
+                "cpo.credit_dump.steps=[1,2]",
+                f"cpo.credit_dump.dir={run_dir / 'credit'}",
+            ],
+            run_dir / "train.log",
+            assets_dir=context_sensitive_assets_dir,
+            run_dir=run_dir,
+            total_training_steps=2,
+            experiment_name="e2e_cpo",
+            timeout_s=RUN_TIMEOUT_S,
+            env=attach_env(address),
+        )
+        record = cluster_record(address)
+    return run, finished_run_metrics(run, run_dir, 2), run_dir, record
 
 
 @pytest.mark.e2e
@@ -168,10 +177,17 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(two_step_run, conte
     import torch
 
     assets_dir, steps = context_sensitive_assets_dir, 2
-    run, metrics, run_dir = two_step_run  # run_cpo checked that steps 1..2 were logged
+    run, metrics, run_dir, _ = two_step_run  # finished_run_metrics checked that steps 1..2 were logged
     assert "rollout health" not in run.log_path.read_text()  # no guard warning
     for step, values in metrics.items():
-        for key in (*DRIVER_METRICS, *LOSS_METRICS, "timing_s/cpo_hint_batch", "actor/pg_loss", "actor/kl_loss"):
+        for key in (
+            *DRIVER_METRICS,
+            *LOSS_METRICS,
+            "timing_s/cpo_hint_batch",
+            "actor/pg_loss",
+            "actor/kl_loss",
+            "actor/grad_norm",
+        ):
             assert key in values and math.isfinite(values[key]), (step, key)
         # The hint prompt really changes the response log-probs: gw_log_probs != old_log_probs on some tokens.
         assert values["cpo/gw_minus_old_absmean"] > 1e-3, step
@@ -241,6 +257,21 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(two_step_run, conte
         assert torch.equal(trained["lm_head.weight"], trained["model.embed_tokens.weight"])
     max_change = max((trained[name].float() - initial[name].float()).abs().max().item() for name in initial)
     assert math.isfinite(max_change) and max_change > 1e-3
+
+
+@pytest.mark.e2e
+@pytest.mark.both_releases
+@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
+def test_the_two_step_run_put_one_trainer_rank_and_one_server_on_each_node(two_step_run):
+    record = two_step_run[3]
+    assert len(record.node_ids) == 2
+    # SYNC WARNING: verl/single_controller/ray/base.py:create_colocated_worker_cls names the trainer workers' class
+    workers = record.actors_named("WorkerDict")
+    assert len(workers) == 2, [actor["ActorClassName"] for actor in record.actors]
+    assert {worker["Address"]["NodeID"] for worker in workers} == record.node_ids
+    assert all(worker["State"] == "DEAD" for worker in workers)  # the run ended and released them
+    servers = record.actors_named("HFGenerationServer")
+    assert {server["Address"]["NodeID"] for server in servers} == record.node_ids  # one replica per node
 
 
 #: The teacher runs (``teacher_runs``): steps, seed and overrides of each. Same model, data, settings and seed (so the
