@@ -22,12 +22,12 @@ import pytest
 import torch
 
 LONGEST_FIRST = (
-    "test_grpo_learns_on_cpu.py",
     "test_vllm_rollout_e2e_on_cpu.py",
     "test_cpo_cpu_e2e_on_cpu.py",
-    "test_verl_cpu_alone_on_cpu.py",
     "test_cpo_vs_grpo_on_cpu.py",
+    "test_verl_cpu_alone_on_cpu.py",
     "test_cpo_interrupted_runs_e2e_on_cpu.py",
+    "test_grpo_learns_on_cpu.py",
     "test_rollout_health_e2e_on_cpu.py",
 )
 
