@@ -115,7 +115,7 @@ def dumped_scores(dump: dict):
     return as_matrix([row["old_log_probs"] for row in rows]), as_matrix([row["gw_log_probs"] for row in rows]), mask
 
 
-def run_cpo(assets_dir, run_dir, *, steps, extra=(), timeout_s=RUN_TIMEOUT_S):
+def run_cpo(assets_dir, run_dir, *, steps, extra=(), timeout_s=RUN_TIMEOUT_S, env=None):
     """Train with the CPO recipe on the CPU profile; returns (run, metrics by step). Asserts a clean exit."""
     run = launch_cpo_on_cpu(
         ["actor_rollout_ref.rollout.n=4", *extra],
@@ -125,6 +125,7 @@ def run_cpo(assets_dir, run_dir, *, steps, extra=(), timeout_s=RUN_TIMEOUT_S):
         total_training_steps=steps,
         experiment_name="e2e_cpo",
         timeout_s=timeout_s,
+        env=env,
     )
     return run, finished_run_metrics(run, run_dir, steps)
 
@@ -139,9 +140,11 @@ def two_step_run(context_sensitive_assets_dir, tmp_path_factory):
     cluster on this machine); returns (run, metrics, run folder, what the cluster recorded)."""
     run_dir = tmp_path_factory.mktemp("two_step")
     with two_node_cluster() as address:
-        run = launch_cpo_on_cpu(
-            [
-                "actor_rollout_ref.rollout.n=4",
+        run, metrics = run_cpo(
+            context_sensitive_assets_dir,
+            run_dir,
+            steps=2,
+            extra=[
                 "actor_rollout_ref.actor.optim.lr=1e-2",  # a visible weight change after two steps
                 f"data.seed={TWO_STEP_SEED}",
                 f"++actor_rollout_ref.rollout.engine_kwargs.hf.seed={TWO_STEP_SEED}",
@@ -158,16 +161,10 @@ def two_step_run(context_sensitive_assets_dir, tmp_path_factory):
                 "cpo.credit_dump.steps=[1,2]",
                 f"cpo.credit_dump.dir={run_dir / 'credit'}",
             ],
-            run_dir / "train.log",
-            assets_dir=context_sensitive_assets_dir,
-            run_dir=run_dir,
-            total_training_steps=2,
-            experiment_name="e2e_cpo",
-            timeout_s=RUN_TIMEOUT_S,
             env=attach_env(address),
         )
         record = cluster_record(address)
-    return run, finished_run_metrics(run, run_dir, 2), run_dir, record
+    return run, metrics, run_dir, record
 
 
 @pytest.mark.e2e
