@@ -56,7 +56,8 @@ pytestmark = [
 ]
 
 RUN_TIMEOUT_S = 600
-CPO_STEPS = 3
+#: Two steps, as the stale-weights control: the second samples after the first update, so a stale rollout shows.
+CPO_STEPS = 2
 #: The run-health guard's default warning threshold. Measured on these runs with the bf16 trainer (3 steps of 32
 #: responses): |kl| <= 0.0025 on a healthy GRPO run; 0.036-0.048 with the trainer on all 640 rows; 2.42 and 4.45 at
 #: steps 2 and 3 with stale weights. With the fp32 trainer of verl-cpu's profile: 0.0 at every step of the CPO run
