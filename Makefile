@@ -36,7 +36,7 @@ PY := $(VENV)/bin/python
 UV_SPEC := uv>=0.9
 UV_PIP = $(PY) -m uv pip $(1) --python $(PY)
 # uv writes no bytecode unless asked (pip does by default): without it, and with PYTHONDONTWRITEBYTECODE set, every
-# process compiles verl, transformers and vLLM again on import (about 1.4 s of CPU each; a CPU run starts 7 of them).
+# process compiles verl, transformers and vLLM again on import (about 1.3 s of CPU each; a CPU run starts 7 of them).
 export UV_COMPILE_BYTECODE := 1
 STAMP := $(VENV)/.treetune-installed
 CONSTRAINT := $(VENV)/torch-constraint.txt

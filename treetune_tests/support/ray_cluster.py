@@ -49,21 +49,20 @@ def two_node_cluster() -> Iterator[str]:
     from ray._common.utils import reset_ray_address
     from ray.cluster_utils import Cluster
 
-    monkeypatch = pytest.MonkeyPatch()
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    cluster = Cluster(initialize_head=True, head_node_args=NODE_RESOURCES, shutdown_at_exit=True)
-    try:
-        for _ in range(NODES - 1):
-            cluster.add_node(**NODE_RESOURCES)
-        cluster.wait_for_nodes()
-        yield cluster.address
-    finally:
-        cluster.shutdown()
-        # Cluster wrote its address to Ray's ray_current_cluster file; a later plain ray.init() on this machine would
-        # try to join that dead cluster.
-        reset_ray_address()
-        monkeypatch.undo()
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+        cluster = Cluster(initialize_head=True, head_node_args=NODE_RESOURCES, shutdown_at_exit=True)
+        try:
+            for _ in range(NODES - 1):
+                cluster.add_node(**NODE_RESOURCES)
+            cluster.wait_for_nodes()
+            yield cluster.address
+        finally:
+            cluster.shutdown()
+            # Cluster wrote its address to Ray's ray_current_cluster file; a later plain ray.init() on this machine
+            # would try to join that dead cluster.
+            reset_ray_address()
 
 
 def attach_overrides() -> list[str]:
