@@ -19,9 +19,8 @@ endif
 VENV ?= $(if $(filter $(DEFAULT_VERL),$(VERL)),.venv,.venv-verl$(VERL))
 PYTEST_ARGS ?=
 # make test runs its test files on this many pytest-xdist workers, each file whole on one worker (its module fixtures,
-# e.g. one training run read by several tests, are made once). Two keep a 2-core machine busy: 95 % of its CPU time
-# over the whole 0.9.1 tier; a third made 0.7.1's tier slower (413 s against 351 s). Each run needs 3-6 GB of memory.
-# 0: one process.
+# e.g. one training run read by several tests, are made once). Two keep a 2-core machine busy; a third made 0.7.1's
+# tier slower (agent-docs/testing-guide.md, where CI's time goes). Each run needs 3-6 GB of memory. 0: one process.
 TEST_WORKERS ?= 2
 TORCH_SPEC ?= torch==2.13.0
 # Where torch comes from. Empty: pip's configured indexes (on this project's CI machine they hold the CPU build of
