@@ -203,10 +203,20 @@ def run_config(tmp_path: Path, resume_mode: str = "auto"):
     )
 
 
+def training_record(step: int) -> str:
+    """A metrics line as verl's fit() logs a training step (its data always holds ``training/global_step``)."""
+    return json.dumps({"step": step, "data": {"training/global_step": step, "actor/pg_loss": 0.1 * step}}) + "\n"
+
+
+def validation_record(step: int) -> str:
+    """The validation-only line verl logs before training: under step 0, or under the resume step of a resumed run."""
+    return json.dumps({"step": step, "data": {"val-core/acc": 0.5}}) + "\n"
+
+
 def test_prepare_run_folder_locks_both_paths_and_trims_to_the_resume_step(tmp_path):
     make_checkpoint(tmp_path / "ckpt", 2)
     (tmp_path / "ckpt" / TRACKER_FILE).write_text("2")
-    (tmp_path / "m.jsonl").write_text("".join(json.dumps({"step": s, "data": {}}) + "\n" for s in (1, 2, 3)))
+    (tmp_path / "m.jsonl").write_text("".join(training_record(s) for s in (1, 2, 3)))
     with prepare_run_folder(run_config(tmp_path)) as folder:
         assert folder.resume_step == 2 and folder.metrics_path == tmp_path / "m.jsonl"
         assert [json.loads(line)["step"] for line in (tmp_path / "m.jsonl").read_text().splitlines()] == [1, 2]
@@ -273,3 +283,44 @@ def test_exit_on_sigterm_keeps_a_sigint_handler_someone_installed():
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+# ------------------------------------------------------------------ a checkpoint is complete only with its step's record
+
+
+def test_row2_a_complete_checkpoint_one_step_ahead_of_the_metrics_file_is_not_resumed_from(tmp_path):
+    # Killed between step 2's save (marked complete) and step 2's metrics line: fit() saves, validates, then logs.
+    for step in (1, 2):
+        make_checkpoint(tmp_path / "ckpt", step)
+    (tmp_path / "ckpt" / TRACKER_FILE).write_text("2")
+    metrics = tmp_path / "m.jsonl"
+    metrics.write_text(validation_record(0) + training_record(1))
+    with pytest.warns(UserWarning, match="global_step_2 .*no training record of step 2.*global_step_1"):
+        with prepare_run_folder(run_config(tmp_path)) as folder:
+            assert folder.resume_step == 1  # step 2 is trained again, and logged once
+    assert (tmp_path / "ckpt" / TRACKER_FILE).read_text() == "1"
+    assert not (tmp_path / "ckpt" / "global_step_2" / COMPLETE_MARKER).exists()  # never taken for complete again
+    assert (tmp_path / "ckpt" / "global_step_2" / "actor").is_dir()  # nothing of verl's deleted
+    assert metrics.read_text() == validation_record(0) + training_record(1)
+
+
+def test_row2_a_resumes_validation_record_does_not_count_as_the_steps_record(tmp_path):
+    # The new user's case: killed after step 2's save; a resume from it logged only its validation under step 2, and
+    # was killed again. The file holds a record "of step 2", but no training record of step 2.
+    for step in (1, 2):
+        make_checkpoint(tmp_path / "ckpt", step)
+    metrics = tmp_path / "m.jsonl"
+    metrics.write_text(validation_record(0) + training_record(1) + validation_record(2))
+    with pytest.warns(UserWarning, match="no training record of step 2"):
+        with prepare_run_folder(run_config(tmp_path)) as folder:
+            assert folder.resume_step == 1
+    assert metrics.read_text() == validation_record(0) + training_record(1)
+
+
+def test_row2_with_no_checkpoint_behind_the_metrics_the_resume_stops_instead_of_losing_a_step(tmp_path):
+    # max_actor_ckpt_to_keep=1 deleted step 1's checkpoint when step 2 was saved; step 2 was never logged.
+    make_checkpoint(tmp_path / "ckpt", 2)
+    (tmp_path / "m.jsonl").write_text(training_record(1))
+    with pytest.raises(ResumeError, match="global_step_2.*no training record of step 2.*resume_path"):
+        prepare_run_folder(run_config(tmp_path))
+    assert (tmp_path / "ckpt" / "global_step_2" / COMPLETE_MARKER).is_file()  # refused, nothing changed
