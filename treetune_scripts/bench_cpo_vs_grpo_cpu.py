@@ -45,8 +45,9 @@ import tempfile
 from pathlib import Path
 
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
+from treetune_verl.metrics_history import read_metrics
 from treetune_verl.tiny_assets import build_tiny_assets
-from treetune_verl.tiny_run import METRICS_FILE, read_metrics
+from treetune_verl.tiny_run import METRICS_FILE
 
 #: Refresh period of the ``cpo_refreshed`` run: short, so that a few measured steps hold a refresh.
 BENCH_REFRESH_STEPS = 2

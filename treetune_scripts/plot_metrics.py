@@ -24,12 +24,11 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
 
-# SYNC WARNING: verl/utils/tracking.py:FileLogger (line format {"step": .., "data": {..}})
+from treetune_verl import metrics_history
 
 DEFAULT_KEYS = [
     "critic/score/mean",
@@ -46,29 +45,25 @@ DEFAULT_PREFIXES = ("cpo/", "actor/cpo/")
 def read_metrics(jsonl_path: Path | str) -> dict[str, list[tuple[int, float]]]:
     """Read a file-logger jsonl into ``{metric: [(step, value), ...]}`` sorted by step.
 
-    Non-numeric values (strings, lists) are ignored; blank lines are skipped.
+    The records are the training steps and the initial validation of step 0
+    (``treetune_verl.metrics_history.read_metrics``: a resumed run's validation record and lines cut by a kill are
+    left out). Non-numeric values (strings, lists) are ignored.
 
     Raises:
-        ValueError: on a line that is not a JSON object with ``step`` and ``data``.
+        ValueError: when the file holds no such record.
     """
+    by_step = metrics_history.read_metrics(jsonl_path)
+    if not by_step:
+        raise ValueError(
+            f"{jsonl_path}: no metrics record; expected JSON lines {{'step': .., 'data': {{..}}}} as written by verl's "
+            "file logger during training"
+        )
     series: dict[str, list[tuple[int, float]]] = {}
-    for line_number, line in enumerate(Path(jsonl_path).read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            step, data = record["step"], record["data"]
-        except (json.JSONDecodeError, KeyError, TypeError) as error:
-            raise ValueError(
-                f"{jsonl_path}:{line_number}: expected a JSON object {{'step': .., 'data': {{..}}}} as written by "
-                f"verl's file logger, got {line[:80]!r} ({error})"
-            ) from error
-        for key, value in data.items():
+    for step in sorted(by_step):
+        for key, value in by_step[step].items():
             if isinstance(value, bool) or not isinstance(value, int | float):
                 continue
-            series.setdefault(key, []).append((int(step), float(value)))
-    for points in series.values():
-        points.sort(key=lambda point: point[0])
+            series.setdefault(key, []).append((step, float(value)))
     return series
 
 

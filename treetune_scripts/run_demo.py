@@ -46,7 +46,8 @@ from pathlib import Path
 
 from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME, ENTRY_MODULE
 from treetune_scripts.experiments.warm_start import GREEDY_VAL_ACC_KEY, HINT_OVERRIDES, TASK_RL_OVERRIDES
-from treetune_verl.tiny_run import METRICS_FILE, launch_training, read_metrics, tiny_run_overrides
+from treetune_verl.metrics_history import read_metrics
+from treetune_verl.tiny_run import METRICS_FILE, launch_training, tiny_run_overrides
 
 DEFAULT_OUTPUT_DIR = Path("outputs/demo")
 DEFAULT_ENTRY_MODULE = ENTRY_MODULE

@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 from types import ModuleType
 
 from verl_cpu.release_guard import ReleaseGuardedPatches
 
+from treetune_verl.fault_points import pause_point
 from treetune_verl.version import SUPPORTED_VERL_VERSIONS
 
 #: Patches that only some supported releases need (upstream fixed the bug, or has the seam). A patch not listed here
@@ -187,7 +189,8 @@ def _files_opened_for_writing_are_appended(module: ModuleType):
 
 
 def append_file_logger() -> None:
-    """Make verl's ``file`` logger append to its metrics file instead of truncating it, in this process.
+    """Make verl's ``file`` logger append to its metrics file instead of truncating it, and sync each record to disk,
+    in this process.
 
     Why a patch: ``FileLogger.__init__`` opens the file with ``"wb"``, so a resumed run erased every metric logged
     before the resume. ``Tracking`` looks the class up in its module when it is built, so the module global is
@@ -211,5 +214,10 @@ def append_file_logger() -> None:
         def __init__(self, *args, **kwargs):
             with _files_opened_for_writing_are_appended(tracking):
                 super().__init__(*args, **kwargs)
+
+        def log(self, data, step):
+            pause_point("metrics_record", step)
+            super().log(data, step)
+            os.fsync(self.fp.fileno())  # the step's record is durable before the run goes on
 
     tracking.FileLogger = AppendingFileLogger

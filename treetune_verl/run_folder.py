@@ -11,7 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""One run per output folder, resume that never silently restarts, and metrics history kept across resumes.
+"""One run per output folder, resume that never silently restarts or loses a step, and metrics history kept across
+resumes.
 
 Every recipe calls :func:`prepare_run_folder` on the driver before Ray starts and keeps the returned
 :class:`RunFolder` open for the run's lifetime (``with prepare_run_folder(config): run_ppo(...)``). It
@@ -19,30 +20,46 @@ Every recipe calls :func:`prepare_run_folder` on the driver before Ray starts an
 1. **locks** ``trainer.default_local_dir`` and the metrics file of verl's ``file`` logger (:class:`RunLock`: an
    exclusive ``flock`` on a ``.lock`` file holding the holder's pid, host and start time). A second run stops naming
    the holder; the kernel drops the lock when the holder dies (SIGKILL included), and the next run takes it over with
-   a warning;
-2. **resolves the resume point** (``trainer.resume_mode=auto``): a checkpoint is *complete* when its
-   ``global_step_N`` folder holds :data:`COMPLETE_MARKER`, written by :class:`CompleteCheckpointsMixin` after
-   everything else of the save (including verl's ``latest_checkpointed_iteration.txt``). When that pointer names a
-   missing or incomplete folder, the pointer is moved back to the newest complete checkpoint with a warning; when
-   checkpoints exist but none is complete, the run stops: it never trains from scratch over them;
-3. **keeps the metrics history**: records of steps after the resume point (they will be recomputed) are dropped from
-   the metrics file, and the file logger appends (``treetune_verl.patches.append_file_logger``), so steps continue
-   and none is duplicated.
+   a warning. A folder that cannot be written stops the run here, naming it;
+2. **resolves the resume point** (``trainer.resume_mode=auto``). A checkpoint is *complete* when everything its step
+   produced is durable:
+
+   * its ``global_step_N`` folder holds :data:`COMPLETE_MARKER`, written by :class:`CompleteCheckpointsMixin` after
+     everything else of the save (verl's ``latest_checkpointed_iteration.txt`` included), listing every file of the
+     folder with its size and SHA-256;
+   * and, when the run logs to a metrics file, that file holds step N's *training* record
+     (``treetune_verl.metrics_history``). verl's ``fit()`` saves step N, validates, and only then logs step N: a run
+     killed in between leaves a marked folder with no record. That folder is not resumed from: its marker is removed
+     (with a warning), the run resumes from the checkpoint before it and trains step N again, so step N is logged
+     exactly once. With no such earlier checkpoint (``max_actor_ckpt_to_keep=1``) the run stops instead.
+
+   The checkpoint chosen is verified against its marker's list; a missing, truncated or changed file stops the run
+   with one line naming it. When verl's pointer names another folder, it is moved to the chosen one with a warning;
+   when checkpoints exist but none is complete, the run stops: it never trains from scratch over them;
+3. **keeps the metrics history**: records of steps after the resume point (they will be recomputed) and lines cut by a
+   kill are dropped from the metrics file, and the file logger appends and syncs each record
+   (``treetune_verl.patches.append_file_logger``), so steps continue and none is duplicated.
 """
 
 from __future__ import annotations
 
 import datetime
+import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
 import signal
 import socket
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from treetune_verl.fault_points import pause_point
+from treetune_verl.metrics_history import file_logger_path, keep_metrics_up_to, training_steps
 
 #: Written last into ``global_step_N/`` by :class:`CompleteCheckpointsMixin`: the checkpoint is complete.
 COMPLETE_MARKER = "treetune_checkpoint_complete.json"
@@ -54,12 +71,25 @@ LOCK_FILE = ".treetune_run.lock"
 _STEP_FOLDER = re.compile(r"global_step_(\d+)$")
 
 
-class RunFolderInUseError(RuntimeError):
+class RunFolderError(RuntimeError):
+    """A run folder problem that stops the run; its message is one line naming the path and the fix."""
+
+
+class RunFolderInUseError(RunFolderError):
     """Another live run holds the lock of this output folder or metrics file."""
 
 
-class ResumeError(RuntimeError):
-    """Checkpoints exist but none can be resumed from; training from scratch would overwrite them."""
+class OutputNotWritableError(RunFolderError):
+    """The output folder or the metrics file's folder cannot be written."""
+
+
+class ResumeError(RunFolderError):
+    """No checkpoint can be resumed from as it is (none complete, or the chosen one damaged); training from scratch
+    would overwrite them."""
+
+
+class CheckpointSaveError(RunFolderError):
+    """A checkpoint save failed (e.g. a full disk); the folder is not marked complete."""
 
 
 # ------------------------------------------------------------------------------------------------------------- lock
@@ -80,8 +110,14 @@ class RunLock:
 
     def acquire(self) -> RunLock:
         """Take the lock, or raise :class:`RunFolderInUseError` naming the holder and how to proceed."""
-        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(self.lock_path, "a+")
+        try:
+            self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(self.lock_path, "a+")
+        except OSError as error:
+            raise OutputNotWritableError(
+                f"{self.what} cannot be written ({error.strerror}: {error.filename or self.lock_path}). Choose a "
+                "folder this user can write, or fix its permissions."
+            ) from None
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -162,42 +198,130 @@ def is_complete_checkpoint(step_folder: str | Path) -> bool:
     return (step_folder / COMPLETE_MARKER).is_file() and (step_folder / "actor").is_dir()
 
 
-def mark_checkpoint_complete(step_folder: str | Path, step: int) -> None:
-    """Write :data:`COMPLETE_MARKER` into ``step_folder`` atomically (temporary file, fsync, rename)."""
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def checkpoint_manifest(step_folder: str | Path) -> dict[str, dict[str, Any]]:
+    """``{relative path: {"bytes", "sha256"}}`` of every file under ``step_folder`` but the marker (hashed on threads:
+    ``hashlib`` releases the GIL)."""
     step_folder = Path(step_folder)
+    files = sorted(
+        path for path in step_folder.rglob("*") if path.is_file() and not path.name.startswith(COMPLETE_MARKER)
+    )
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        digests = list(pool.map(_sha256, files))
+    return {
+        str(path.relative_to(step_folder)): {"bytes": path.stat().st_size, "sha256": digest}
+        for path, digest in zip(files, digests, strict=True)
+    }
+
+
+def mark_checkpoint_complete(step_folder: str | Path, step: int) -> None:
+    """Write :data:`COMPLETE_MARKER` into ``step_folder`` atomically (temporary file, fsync, rename), listing every
+    file of the folder with its size and SHA-256 (:func:`verify_checkpoint` checks them at resume)."""
+    step_folder = Path(step_folder)
+    marker = {
+        "step": step,
+        "saved": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "files": checkpoint_manifest(step_folder),
+    }
     temporary = step_folder / (COMPLETE_MARKER + ".tmp")
-    with open(temporary, "w") as handle:
-        json.dump({"step": step, "saved": datetime.datetime.now(datetime.timezone.utc).isoformat()}, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, step_folder / COMPLETE_MARKER)
+    try:
+        with open(temporary, "w") as handle:
+            json.dump(marker, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, step_folder / COMPLETE_MARKER)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
 
 
-def resolve_resume_step(checkpoint_dir: str | Path) -> int:
-    """The step an ``auto`` resume will start from (0: fresh), repairing verl's pointer when it must.
+def verify_checkpoint(step_folder: str | Path) -> None:
+    """Check every file the marker lists: present, same size, same SHA-256 (a marker without a list, written before
+    lists existed, is trusted as it is).
 
     Raises:
-        ResumeError: when ``global_step_N`` folders exist but none is complete.
+        ResumeError: one line naming the first damaged file and the fix.
+    """
+    step_folder = Path(step_folder)
+    marker = json.loads((step_folder / COMPLETE_MARKER).read_text())
+    for name, expected in marker.get("files", {}).items():
+        path = step_folder / name
+        if not path.is_file():
+            problem = "is missing"
+        elif path.stat().st_size != expected["bytes"]:
+            problem = f"has {path.stat().st_size} bytes, {expected['bytes']} when it was saved (truncated or cut)"
+        elif _sha256(path) != expected["sha256"]:
+            problem = "differs from the file that was saved (its SHA-256 changed: corrupted)"
+        else:
+            continue
+        raise ResumeError(
+            f"checkpoint file {path} {problem}, so global_step_{marker['step']} cannot be resumed from. Restore the "
+            f"file, or move {step_folder} out of {step_folder.parent} to resume from the checkpoint before it; "
+            "nothing was changed."
+        )
+
+
+def _pointed_step(tracker: Path) -> int | None:
+    if not tracker.is_file():
+        return None
+    text = tracker.read_text().strip()
+    return int(text) if text.isdigit() else None
+
+
+def resolve_resume_step(checkpoint_dir: str | Path, metrics_path: str | Path | None = None) -> int:
+    """The step an ``auto`` resume will start from (0: fresh), repairing verl's pointer when it must.
+
+    Args:
+        checkpoint_dir: ``trainer.default_local_dir``.
+        metrics_path: the run's metrics file, or None when it logs none: then a complete marker is enough.
+
+    Raises:
+        ResumeError: when ``global_step_N`` folders exist but none is complete (marked, and logged in the metrics
+            file), or when the chosen one fails :func:`verify_checkpoint`.
     """
     checkpoint_dir = Path(checkpoint_dir)
     steps = checkpoint_steps(checkpoint_dir)
     tracker = checkpoint_dir / TRACKER_FILE
-    pointed = None
-    if tracker.is_file():
-        text = tracker.read_text().strip()
-        pointed = int(text) if text.isdigit() else None
-    if pointed is not None and pointed in steps and is_complete_checkpoint(steps[pointed]):
-        return pointed
-    complete = sorted(step for step, folder in steps.items() if is_complete_checkpoint(folder))
-    if complete:
-        newest = complete[-1]
+    pointed = _pointed_step(tracker)
+    marked = sorted(step for step, folder in steps.items() if is_complete_checkpoint(folder))
+    logged = set(training_steps(metrics_path)) if metrics_path is not None else set(marked)
+    complete = [step for step in marked if step in logged]
+    ahead = [step for step in marked if step > max(complete, default=0)]
+    if ahead and not complete:
+        newest = ahead[-1]
+        raise ResumeError(
+            f"{steps[newest]} was saved, but {metrics_path} holds no training record of step {newest} (the run was "
+            f"killed before logging it) and no earlier complete checkpoint is left to train step {newest} again from. "
+            "To resume from it anyway, without that step's metrics: trainer.resume_mode=resume_path "
+            f"trainer.resume_from_path={steps[newest]}; to start over: trainer.resume_mode=disable."
+        )
+    resume = complete[-1] if complete else 0
+    for step in ahead:
         warnings.warn(
-            f"{tracker} points to step {pointed}, whose checkpoint is missing or incomplete (a save that did not "
-            f"finish, or a clean-up); resuming from the newest complete checkpoint, global_step_{newest}.",
+            f"{steps[step]} was saved, but {metrics_path} holds no training record of step {step} (the run was killed "
+            f"between the save and the step's metrics line): its complete marker is removed and the run resumes from "
+            f"global_step_{resume}, training step {step} again so that it is logged once.",
             stacklevel=2,
         )
-        tracker.write_text(str(newest))
-        return newest
+        (steps[step] / COMPLETE_MARKER).unlink()
+    if resume:
+        verify_checkpoint(steps[resume])
+        if pointed != resume:
+            if not ahead:
+                warnings.warn(
+                    f"{tracker} points to step {pointed}, whose checkpoint is missing or incomplete (a save that did "
+                    f"not finish, or a clean-up); resuming from the newest complete checkpoint, global_step_{resume}.",
+                    stacklevel=2,
+                )
+            tracker.write_text(str(resume))
+        return resume
     if steps:
         listed = ", ".join(folder.name for _, folder in sorted(steps.items()))
         raise ResumeError(
@@ -215,62 +339,49 @@ def resolve_resume_step(checkpoint_dir: str | Path) -> int:
     return 0
 
 
+def _is_disk_full(error: BaseException | None) -> OSError | None:
+    """The ``ENOSPC`` error in ``error``'s chain (a Ray task error carries the worker's as ``cause``), if any."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            return error
+        error = getattr(error, "cause", None) or error.__cause__ or error.__context__
+    return None
+
+
 class CompleteCheckpointsMixin:
-    """Mix into a ``RayPPOTrainer`` subclass (before it): every checkpoint save ends by marking its folder complete."""
+    """Mix into a ``RayPPOTrainer`` subclass (before it): every checkpoint save ends by marking its folder complete,
+    a save that runs out of disk stops the run with one line, and the step's write boundaries are pause points
+    (``treetune_verl.fault_points``) for the kill tests."""
 
     def _save_checkpoint(self):
         # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._save_checkpoint (folder global_step_N under
         # trainer.default_local_dir; writes latest_checkpointed_iteration.txt last)
-        result = super()._save_checkpoint()
         folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
-        mark_checkpoint_complete(folder, self.global_steps)
+        try:
+            result = super()._save_checkpoint()
+            pause_point("checkpoint_saved", self.global_steps)
+            mark_checkpoint_complete(folder, self.global_steps)
+        except Exception as error:
+            disk_full = _is_disk_full(error)
+            if disk_full is None:
+                raise
+            raise CheckpointSaveError(
+                f"no space left on the device while saving {folder} ({disk_full.filename or 'a checkpoint file'}): "
+                "it is not marked complete, so a resume uses the checkpoint before it. Free space, or lower "
+                "trainer.max_actor_ckpt_to_keep, then run the same command again."
+            ) from error
+        pause_point("checkpoint_complete", self.global_steps)
         return result
 
+    def _validate(self, *args, **kwargs):
+        pause_point("validation", self.global_steps)
+        return super()._validate(*args, **kwargs)
 
-# ---------------------------------------------------------------------------------------------------------- metrics
-
-
-def file_logger_path(config: Any) -> Path | None:
-    """Where verl's ``file`` logger writes, or None when the run does not use it."""
-    # SYNC WARNING: verl/utils/tracking.py:FileLogger.__init__ (VERL_FILE_LOGGER_PATH, else
-    # VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl)
-    loggers = config.trainer.get("logger") or []
-    if "file" not in ([loggers] if isinstance(loggers, str) else list(loggers)):
-        return None
-    env_vars = config.get("ray_kwargs", {}).get("ray_init", {}).get("runtime_env", {}).get("env_vars", {}) or {}
-    path = env_vars.get("VERL_FILE_LOGGER_PATH") or os.environ.get("VERL_FILE_LOGGER_PATH")
-    if path:
-        return Path(path).expanduser().resolve()
-    root = env_vars.get("VERL_FILE_LOGGER_ROOT") or os.environ.get("VERL_FILE_LOGGER_ROOT", ".")
-    trainer = config.trainer
-    return (Path(root).expanduser() / trainer.project_name / f"{trainer.experiment_name}.jsonl").resolve()
-
-
-def keep_metrics_up_to(metrics_path: str | Path, last_step: int) -> int:
-    """Drop the records of steps after ``last_step`` (they will be logged again); returns how many were dropped.
-
-    Lines that are not complete JSON records (a write cut by a kill) are dropped too. Written atomically.
-    """
-    metrics_path = Path(metrics_path)
-    if not metrics_path.is_file():
-        return 0
-    kept, dropped = [], 0
-    for line in metrics_path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-            step = int(record["step"])
-        except (ValueError, KeyError, TypeError):
-            dropped += bool(line.strip())
-            continue
-        if step <= last_step:
-            kept.append(line)
-        else:
-            dropped += 1
-    if dropped:
-        temporary = metrics_path.with_name(metrics_path.name + ".tmp")
-        temporary.write_text("".join(line + "\n" for line in kept))
-        os.replace(temporary, metrics_path)
-    return dropped
+    def _update_actor(self, batch):
+        pause_point("update", self.global_steps)
+        return super()._update_actor(batch)
 
 
 # ------------------------------------------------------------------------------------------------------ entry point
@@ -306,7 +417,8 @@ def prepare_run_folder(config: Any) -> RunFolder:
 
     Raises:
         RunFolderInUseError: another live run holds a lock.
-        ResumeError: checkpoints exist but none is complete (``resume_mode=auto``).
+        OutputNotWritableError: the output folder or the metrics file's folder cannot be written.
+        ResumeError: checkpoints exist but none is complete, or the chosen one is damaged (``resume_mode=auto``).
     """
     trainer = config.trainer
     checkpoint_dir = Path(os.path.expanduser(str(trainer.default_local_dir))).resolve()
@@ -320,14 +432,19 @@ def prepare_run_folder(config: Any) -> RunFolder:
             held.append(lock.acquire())
         mode = trainer.get("resume_mode", "auto")
         if mode == "auto":
-            resume_step = resolve_resume_step(checkpoint_dir)
+            resume_step = resolve_resume_step(checkpoint_dir, metrics_path)
         elif mode == "resume_path":
             match = re.search(r"global_step_(\d+)", str(trainer.get("resume_from_path") or ""))
             resume_step = int(match.group(1)) if match else 0
         else:
             resume_step = 0
-        if metrics_path is not None:
-            keep_metrics_up_to(metrics_path, resume_step)
+        dropped = keep_metrics_up_to(metrics_path, resume_step) if metrics_path is not None else 0
+        if resume_step:
+            print(
+                f"[run_folder] resuming from {checkpoint_dir / f'global_step_{resume_step}'}"
+                + (f"; {dropped} metrics line(s) after step {resume_step} dropped" if dropped else ""),
+                flush=True,
+            )
     except BaseException:
         for lock in reversed(held):
             lock.release()

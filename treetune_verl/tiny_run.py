@@ -23,7 +23,6 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import queue
 import subprocess
@@ -251,13 +250,3 @@ def launch_training(
         timed_out=timed_out,
         log_path=log_path,
     )
-
-
-def read_metrics(path: str | Path) -> dict[int, dict[str, float]]:
-    """Metrics of verl's file logger (one ``{"step": .., "data": {..}}`` object per line), merged per step."""
-    by_step: dict[int, dict[str, float]] = {}
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
-            record = json.loads(line)
-            by_step.setdefault(record["step"], {}).update(record["data"])
-    return by_step

@@ -27,7 +27,9 @@ driver never sees. The dump recomputes the entropy with one extra forward pass o
 so it is the old policy's; identical to the loss's for the first mini-batch of the first epoch).
 At a listed step the trainer also scores every row under the hint (as ``cpo.hint.rescore=all`` would), so the dump
 shows the real ``δ`` of each response it keeps. These passes and the file are the whole cost, paid only at the
-listed steps: with ``steps: []`` (default) nothing runs. ``treetune_scripts/credit_report.py`` turns the files into
+listed steps: with ``steps: []`` (default) nothing runs. Each file is written whole or not at all (a temporary file,
+renamed); a step trained again after a resume (``treetune_verl.run_folder``) writes its file again, so the folder holds
+one file per step, matching the step the metrics file logs. ``treetune_scripts/credit_report.py`` turns the files into
 one HTML page.
 """
 
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -198,5 +201,7 @@ def maybe_dump_credit(trainer, batch, hint_batch, cpo_config) -> Path | None:
     out_dir = dump_config.output_dir(trainer.config.trainer.default_local_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"step_{step}.json"
-    path.write_text(json.dumps(dump))
+    temporary = path.with_name(path.name + ".tmp")  # a kill never leaves a half-written dump for the report
+    temporary.write_text(json.dumps(dump))
+    os.replace(temporary, path)
     return path

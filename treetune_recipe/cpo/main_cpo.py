@@ -33,7 +33,7 @@ from verl.utils.device import auto_set_device
 from treetune_recipe.cpo.config import check_cpo_overrides
 from treetune_recipe.cpo.preflight import check_cpo_run
 from treetune_verl.preflight import PreflightError, check_run_config
-from treetune_verl.run_folder import RearmSigterm, exit_on_sigterm, prepare_run_folder, shutdown_ray
+from treetune_verl.run_folder import RearmSigterm, RunFolderError, exit_on_sigterm, prepare_run_folder, shutdown_ray
 
 
 @hydra.main(config_path="config", config_name="cpo_trainer", version_base=None)
@@ -50,13 +50,16 @@ def main(config) -> None:
 
     # One run per output folder (locks held until the run ends), resume point and metrics history settled here.
     exit_on_sigterm()
-    with prepare_run_folder(config):
-        try:
-            # SYNC WARNING: verl/trainer/main_ppo.py:run_ppo accepts task_runner_class (the recipe seam of 0.7.1)
-            run_ppo(config, task_runner_class=RearmSigterm(ray.remote(num_cpus=1)(CPOTaskRunner)))
-        finally:
-            # Each job of a Hydra multirun starts its own Ray cluster; SIGINT and SIGTERM end up here too.
-            shutdown_ray()
+    try:
+        with prepare_run_folder(config):
+            try:
+                # SYNC WARNING: verl/trainer/main_ppo.py:run_ppo accepts task_runner_class (the recipe seam of 0.7.1)
+                run_ppo(config, task_runner_class=RearmSigterm(ray.remote(num_cpus=1)(CPOTaskRunner)))
+            finally:
+                # Each job of a Hydra multirun starts its own Ray cluster; SIGINT and SIGTERM end up here too.
+                shutdown_ray()
+    except RunFolderError as error:  # a folder in use, unwritable or damaged, a full disk: one line, path and fix
+        sys.exit(f"[cpo] {getattr(error, 'cause', None) or error}")
 
 
 def cli() -> None:

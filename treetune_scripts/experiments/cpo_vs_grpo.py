@@ -58,7 +58,8 @@ from treetune_scripts.experiments.warm_start import (
     val_acc_key,
     warm_start_hash,
 )
-from treetune_verl.tiny_run import METRICS_FILE, read_metrics
+from treetune_verl.metrics_history import read_metrics
+from treetune_verl.tiny_run import METRICS_FILE
 
 DEFAULT_OUTPUT_DIR = Path("outputs/experiments/cpo_vs_grpo")
 #: Responses sampled per held-out prompt at each validation.

@@ -16,7 +16,8 @@
 import json
 from pathlib import Path
 
-from treetune_verl.tiny_run import METRICS_FILE, TrainingRun, read_metrics
+from treetune_verl.metrics_history import read_metrics
+from treetune_verl.tiny_run import METRICS_FILE, TrainingRun
 
 #: Lines of the run's log shown when it failed.
 LOG_TAIL_LINES = 60

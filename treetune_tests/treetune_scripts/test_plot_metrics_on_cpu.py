@@ -27,10 +27,12 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def jsonl_path(tmp_path):
     records = [
         {"step": 1, "data": {"critic/score/mean": -0.9, "timing_s/step": 2.5, "actor/pg_loss": 0.1,
-                             "cpo/weight/mean": 1.0, "actor/cpo/clip_frac": 0.0, "note": "text", "flag": True}},
+                             "cpo/weight/mean": 1.0, "actor/cpo/clip_frac": 0.0, "note": "text", "flag": True,
+                             "training/global_step": 1}},
         {"step": 2, "data": {"critic/score/mean": -0.7, "timing_s/step": 2.0, "actor/pg_loss": 0.05,
-                             "cpo/weight/mean": 0.9, "actor/cpo/clip_frac": 0.1}},
-        {"step": 3, "data": {"critic/score/mean": -0.25, "actor/pg_loss": 0.02, "val-core/acc": 0.5}},
+                             "cpo/weight/mean": 0.9, "actor/cpo/clip_frac": 0.1, "training/global_step": 2}},
+        {"step": 3, "data": {"critic/score/mean": -0.25, "actor/pg_loss": 0.02, "val-core/acc": 0.5,
+                             "training/global_step": 3}},
     ]  # fmt: skip
     path = tmp_path / "run.jsonl"
     path.write_text("\n".join(json.dumps(record) for record in records) + "\n\n")
@@ -84,10 +86,18 @@ def test_no_requested_key_present_is_an_error(jsonl_path, tmp_path):
         plot_metrics(jsonl_path, tmp_path / "x.png", keys=["missing/key"])
 
 
-def test_bad_line_is_reported(tmp_path):
+def test_a_line_cut_by_a_kill_and_a_resumes_validation_record_are_not_plotted(jsonl_path):
+    text = jsonl_path.read_text().strip() + "\n"
+    resumed = json.dumps({"step": 2, "data": {"val-core/acc": 0.9}})  # a resume from step 2 validated again
+    jsonl_path.write_text(text + resumed + "\n" + '{"step": 4, "data": {"critic/sc')
+    series = read_metrics(jsonl_path)
+    assert series["val-core/acc"] == [(3, 0.5)] and series["critic/score/mean"][-1] == (3, -0.25)
+
+
+def test_a_file_without_records_is_reported(tmp_path):
     path = tmp_path / "bad.jsonl"
-    path.write_text('{"step": 1, "data": {"a": 1}}\n{"a": 1}\n')
-    with pytest.raises(ValueError, match=r"bad.jsonl:2: expected a JSON object"):
+    path.write_text('{"a": 1}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl: no metrics record"):
         read_metrics(path)
 
 
@@ -115,7 +125,7 @@ def test_reads_what_verl_file_logger_writes(tmp_path, monkeypatch):
     path = tmp_path / "verl.jsonl"
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
     logger = FileLogger(project_name="p", experiment_name="e")
-    logger.log({"critic/score/mean": np.float32(-0.5), "timing_s/step": 1.25}, step=1)
-    logger.log({"critic/score/mean": np.float64(0.5)}, step=2)
+    logger.log({"critic/score/mean": np.float32(-0.5), "timing_s/step": 1.25, "training/global_step": 1}, step=1)
+    logger.log({"critic/score/mean": np.float64(0.5), "training/global_step": np.int64(2)}, step=2)
     logger.finish()
     assert read_metrics(path)["critic/score/mean"] == [(1, -0.5), (2, 0.5)]

@@ -15,27 +15,33 @@
 history, SIGTERM and SIGINT (also inherited as ignored) as a clean exit (no Ray; subprocesses stand in for runs
 and are killed for real)."""
 
+import errno
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
 from treetune_verl import run_folder
+from treetune_verl.metrics_history import keep_metrics_up_to
 from treetune_verl.run_folder import (
     COMPLETE_MARKER,
     LOCK_FILE,
     TRACKER_FILE,
+    CheckpointSaveError,
+    CompleteCheckpointsMixin,
+    OutputNotWritableError,
     ResumeError,
     RunFolderInUseError,
     RunLock,
-    keep_metrics_up_to,
     prepare_run_folder,
     resolve_resume_step,
 )
@@ -285,7 +291,7 @@ def test_exit_on_sigterm_keeps_a_sigint_handler_someone_installed():
             signal.signal(signum, handler)
 
 
-# ------------------------------------------------------------------ a checkpoint is complete only with its step's record
+# -------------------------------------------------------------- a checkpoint is complete only with its step's record
 
 
 def test_row2_a_complete_checkpoint_one_step_ahead_of_the_metrics_file_is_not_resumed_from(tmp_path):
@@ -324,3 +330,159 @@ def test_row2_with_no_checkpoint_behind_the_metrics_the_resume_stops_instead_of_
     with pytest.raises(ResumeError, match="global_step_2.*no training record of step 2.*resume_path"):
         prepare_run_folder(run_config(tmp_path))
     assert (tmp_path / "ckpt" / "global_step_2" / COMPLETE_MARKER).is_file()  # refused, nothing changed
+
+
+# ----------------------------------------------------------------------------------------------- damaged folders
+
+SAVED_FILES = {
+    "model shard": "actor/model_world_size_1_rank_0.pt",
+    "optimizer state": "actor/optim_world_size_1_rank_0.pt",
+    "data-loader state": "data.pt",
+}
+
+
+def make_saved_checkpoint(folder: Path, step: int) -> Path:
+    """A checkpoint folder with verl's files (random bytes), marked complete and logged in ``folder/../m.jsonl``."""
+    step_folder = folder / f"global_step_{step}"
+    for index, name in enumerate(SAVED_FILES.values()):
+        path = step_folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(os.urandom(4096 + index))
+    run_folder.mark_checkpoint_complete(step_folder, step)
+    with open(folder.parent / "m.jsonl", "a") as metrics:
+        metrics.write(training_record(step))
+    return step_folder
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupted", "missing"])
+@pytest.mark.parametrize("kind", list(SAVED_FILES))
+def test_row4_a_damaged_checkpoint_file_stops_the_resume_with_one_line_naming_it(tmp_path, kind, damage):
+    make_saved_checkpoint(tmp_path / "ckpt", 1)
+    step_folder = make_saved_checkpoint(tmp_path / "ckpt", 2)
+    damaged = step_folder / SAVED_FILES[kind]
+    content = damaged.read_bytes()
+    if damage == "truncated":
+        damaged.write_bytes(content[:1000])
+    elif damage == "corrupted":  # same size, one byte flipped
+        damaged.write_bytes(content[:2000] + bytes([content[2000] ^ 0xFF]) + content[2001:])
+    else:
+        damaged.unlink()
+    before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+    with pytest.raises(ResumeError) as error:
+        prepare_run_folder(run_config(tmp_path))
+    message = str(error.value)
+    assert "\n" not in message and f"checkpoint file {damaged} " in message
+    assert {"truncated": "truncated", "corrupted": "corrupted", "missing": "is missing"}[damage] in message
+    assert f"move {step_folder} out of" in message  # the fix: the resume then takes global_step_1
+    after = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file() and path.suffix != ".lock"}
+    assert after == {path: data for path, data in before.items() if path.suffix != ".lock"}  # nothing overwritten
+    shutil.move(step_folder, tmp_path / "damaged")
+    with pytest.warns(UserWarning, match="no training record of step 2|global_step_1"):
+        with prepare_run_folder(run_config(tmp_path)) as folder:
+            assert folder.resume_step == 1
+
+
+def test_row4_the_same_checkpoint_undamaged_is_resumed_from(tmp_path):
+    make_saved_checkpoint(tmp_path / "ckpt", 1)
+    make_saved_checkpoint(tmp_path / "ckpt", 2)
+    (tmp_path / "ckpt" / TRACKER_FILE).write_text("2")
+    with prepare_run_folder(run_config(tmp_path)) as folder:
+        assert folder.resume_step == 2
+
+
+def test_row4_an_output_folder_that_cannot_be_written_stops_with_one_line(tmp_path):
+    (tmp_path / "a_file").write_text("not a folder")
+    config = run_config(tmp_path)
+    config.trainer.default_local_dir = str(tmp_path / "a_file" / "ckpt")
+    with pytest.raises(OutputNotWritableError) as error:
+        prepare_run_folder(config)
+    message = str(error.value)
+    assert "\n" not in message and f"trainer.default_local_dir={tmp_path / 'a_file' / 'ckpt'}" in message
+    assert "Not a directory" in message and "Choose a folder this user can write" in message
+    assert (tmp_path / "a_file").read_text() == "not a folder"
+
+
+class DiskFullTrainer:
+    """Stands in for RayPPOTrainer: its save writes verl's files, then runs out of disk at ``fail_at``."""
+
+    def __init__(self, folder: Path, fail_at: str):
+        self.config = OmegaConf.create({"trainer": {"default_local_dir": str(folder)}})
+        self.global_steps = 3
+        self.fail_at = fail_at
+
+    def _save_checkpoint(self):
+        shard = Path(self.config.trainer.default_local_dir) / "global_step_3" / "actor" / "model.pt"
+        shard.parent.mkdir(parents=True)
+        if self.fail_at == "shard":
+            raise OSError(errno.ENOSPC, "No space left on device", str(shard))
+        shard.write_bytes(b"weights")
+
+
+class MarkedDiskFullTrainer(CompleteCheckpointsMixin, DiskFullTrainer):
+    pass
+
+
+@pytest.mark.parametrize("fail_at", ["shard", "marker"])
+def test_row4_a_full_disk_during_a_save_stops_with_one_line_and_leaves_the_folder_unmarked(
+    tmp_path, monkeypatch, fail_at
+):
+    trainer = MarkedDiskFullTrainer(tmp_path, fail_at)
+    if fail_at == "marker":
+
+        def no_space(*args, **kwargs):
+            raise OSError(errno.ENOSPC, "No space left on device", "marker")
+
+        monkeypatch.setattr(run_folder.json, "dump", no_space)
+    with pytest.raises(CheckpointSaveError) as error:
+        trainer._save_checkpoint()
+    message = str(error.value)
+    assert "\n" not in message and f"no space left on the device while saving {tmp_path / 'global_step_3'}" in message
+    assert "not marked complete" in message and "Free space" in message
+    assert [path.name for path in (tmp_path / "global_step_3").iterdir()] == ["actor"]  # no marker, no temporary
+
+
+def test_row4_other_save_errors_pass_through_unchanged(tmp_path):
+    class Failing(CompleteCheckpointsMixin):
+        config = OmegaConf.create({"trainer": {"default_local_dir": str(tmp_path)}})
+        global_steps = 1
+
+        def _save_checkpoint(self):
+            return super()._save_checkpoint()
+
+    with pytest.raises(AttributeError):
+        Failing()._save_checkpoint()
+
+
+# ------------------------------------------------------------------------------------------------------ pause points
+
+PAUSE_CHILD = """
+    from treetune_verl.fault_points import pause_point
+    pause_point("checkpoint_complete", 1)
+    print("ready", flush=True)  # not the requested step: went on
+    pause_point("checkpoint_complete", 2)
+    print("went on", flush=True)
+"""
+
+
+def test_pause_point_pauses_only_at_its_point_and_step_until_killed(tmp_path):
+    pause_file = tmp_path / "paused.json"
+    env = {**os.environ, "TREETUNE_PAUSE_AT": "checkpoint_complete@2", "TREETUNE_PAUSE_FILE": str(pause_file)}
+    child = start_python(PAUSE_CHILD, env=env)
+    try:
+        for _ in range(600):
+            if pause_file.exists():
+                break
+            time.sleep(0.05)
+        assert json.loads(pause_file.read_text()) == {"point": "checkpoint_complete", "step": 2, "pid": child.pid}
+        assert child.poll() is None
+    finally:
+        child.kill()
+    assert "went on" not in child.stdout.read()
+
+
+def test_pause_point_refuses_an_unknown_point(monkeypatch):
+    from treetune_verl.fault_points import pause_point
+
+    monkeypatch.setenv("TREETUNE_PAUSE_AT", "checkpoint@2")
+    with pytest.raises(ValueError, match="expected <point>@<step> with a point of update, checkpoint_saved"):
+        pause_point("update", 2)

@@ -32,9 +32,10 @@ import re
 import pytest
 
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
+from treetune_verl.metrics_history import read_metrics
 from treetune_verl.rollout_health import KL_METRIC, PROBS_DIFF_METRIC, RolloutHealthConfig
 from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
-from treetune_verl.tiny_run import METRICS_FILE, read_metrics
+from treetune_verl.tiny_run import METRICS_FILE
 
 RUN_TIMEOUT_S = 480
 STEPS = 3

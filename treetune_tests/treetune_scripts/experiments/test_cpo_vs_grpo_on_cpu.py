@@ -31,7 +31,8 @@ from treetune_scripts.experiments.warm_start import (
     val_acc_key,
     warm_start_hash,
 )
-from treetune_verl.tiny_run import METRICS_FILE, read_metrics
+from treetune_verl.metrics_history import read_metrics
+from treetune_verl.tiny_run import METRICS_FILE
 
 
 def no_training(*args, **kwargs):
