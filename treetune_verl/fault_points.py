@@ -68,3 +68,12 @@ def pause_point(point: str, step: int) -> None:
     print(f"[pause_point] paused at {point} of step {step} (pid {os.getpid()}); waiting to be killed", flush=True)
     time.sleep(PAUSE_LIMIT_S)
     raise SystemExit(f"[pause_point] nobody killed this process within {PAUSE_LIMIT_S} s of {point}@{step}")
+
+
+def pause_overrides(point: str, step: int, pause_file: str | Path) -> list[str]:
+    """Hydra overrides that make a verl run's Ray processes pause at ``point`` of ``step`` (they read the variables
+    through Ray's runtime environment, which reaches the TaskRunner actor where the trainer runs)."""
+    if point not in POINTS:
+        raise ValueError(f"unknown pause point {point!r}; one of {', '.join(POINTS)}")
+    env = "++ray_kwargs.ray_init.runtime_env.env_vars"
+    return [f"{env}.{PAUSE_AT_ENV}={point}@{int(step)}", f"{env}.{PAUSE_FILE_ENV}={Path(pause_file).resolve()}"]

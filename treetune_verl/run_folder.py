@@ -30,8 +30,9 @@ Every recipe calls :func:`prepare_run_folder` on the driver before Ray starts an
    * and, when the run logs to a metrics file, that file holds step N's *training* record
      (``treetune_verl.metrics_history``). verl's ``fit()`` saves step N, validates, and only then logs step N: a run
      killed in between leaves a marked folder with no record. That folder is not resumed from: its marker is removed
-     (with a warning), the run resumes from the checkpoint before it and trains step N again, so step N is logged
-     exactly once. With no such earlier checkpoint (``max_actor_ckpt_to_keep=1``) the run stops instead.
+     (with a warning), the run resumes from the checkpoint before it (or from the start, when no step was logged yet)
+     and trains step N again, so step N is logged exactly once. With logged steps but no checkpoint left behind step
+     N (``max_actor_ckpt_to_keep=1``) the run stops instead.
 
    The checkpoint chosen is verified against its marker's list; a missing, truncated or changed file stops the run
    with one line naming it. When verl's pointer names another folder, it is moved to the chosen one with a warning;
@@ -294,7 +295,10 @@ def resolve_resume_step(checkpoint_dir: str | Path, metrics_path: str | Path | N
     logged = set(training_steps(metrics_path)) if metrics_path is not None else set(marked)
     complete = [step for step in marked if step in logged]
     ahead = [step for step in marked if step > max(complete, default=0)]
-    if ahead and not complete:
+    # Step 1's save, killed before step 1's line (marked or not): no step was logged, so starting at step 1 again
+    # loses nothing. Any other folder without a logged step is a history this run cannot see: stop.
+    first_step_killed = set(steps) == {1} and not logged and metrics_path is not None and Path(metrics_path).is_file()
+    if ahead and not complete and not first_step_killed:
         newest = ahead[-1]
         raise ResumeError(
             f"{steps[newest]} was saved, but {metrics_path} holds no training record of step {newest} (the run was "
@@ -322,7 +326,7 @@ def resolve_resume_step(checkpoint_dir: str | Path, metrics_path: str | Path | N
                 )
             tracker.write_text(str(resume))
         return resume
-    if steps:
+    if steps and not first_step_killed:
         listed = ", ".join(folder.name for _, folder in sorted(steps.items()))
         raise ResumeError(
             f"trainer.default_local_dir={checkpoint_dir} holds checkpoints ({listed}) but none is complete (no "
@@ -331,9 +335,16 @@ def resolve_resume_step(checkpoint_dir: str | Path, metrics_path: str | Path | N
             "trainer.resume_mode=disable to start over; or, if one is known to be good, resume from it with "
             "trainer.resume_mode=resume_path trainer.resume_from_path=<its folder>."
         )
+    if first_step_killed and not ahead:
+        warnings.warn(
+            f"{steps[1]} is an unfinished save of step 1 and {metrics_path} holds no training step: the run starts at "
+            "step 1 again.",
+            stacklevel=2,
+        )
     if pointed is not None:
         warnings.warn(
-            f"{tracker} points to step {pointed}, but there is no checkpoint: training from scratch.", stacklevel=2
+            f"{tracker} points to step {pointed}, but there is no complete checkpoint: training from the start.",
+            stacklevel=2,
         )
         tracker.unlink()
     return 0

@@ -323,6 +323,28 @@ def test_row2_a_resumes_validation_record_does_not_count_as_the_steps_record(tmp
     assert metrics.read_text() == validation_record(0) + training_record(1)
 
 
+def test_row2_the_first_steps_checkpoint_without_its_record_starts_the_run_again_at_step_1(tmp_path):
+    make_checkpoint(tmp_path / "ckpt", 1)
+    (tmp_path / "ckpt" / TRACKER_FILE).write_text("1")
+    (tmp_path / "m.jsonl").write_text(validation_record(0))
+    with pytest.warns(UserWarning, match="no training record of step 1.*resumes from global_step_0"):
+        with prepare_run_folder(run_config(tmp_path)) as folder:
+            assert folder.resume_step == 0
+    assert not (tmp_path / "ckpt" / "global_step_1" / COMPLETE_MARKER).exists()
+    assert not (tmp_path / "ckpt" / TRACKER_FILE).exists()  # verl starts at step 1
+    assert (tmp_path / "m.jsonl").read_text() == validation_record(0)
+    shutil.rmtree(tmp_path / "ckpt")  # the same with an unfinished save of step 1 (no marker)
+    make_checkpoint(tmp_path / "ckpt", 1, complete=False)
+    with pytest.warns(UserWarning, match="unfinished save of step 1"):
+        assert resolve_resume_step(tmp_path / "ckpt", tmp_path / "m.jsonl") == 0
+    make_checkpoint(tmp_path / "ckpt", 2)  # but not when a later folder exists, nor without the metrics file
+    with pytest.raises(ResumeError):
+        resolve_resume_step(tmp_path / "ckpt", tmp_path / "m.jsonl")
+    shutil.rmtree(tmp_path / "ckpt" / "global_step_2")
+    with pytest.raises(ResumeError):
+        resolve_resume_step(tmp_path / "ckpt", tmp_path / "missing.jsonl")
+
+
 def test_row2_with_no_checkpoint_behind_the_metrics_the_resume_stops_instead_of_losing_a_step(tmp_path):
     # max_actor_ckpt_to_keep=1 deleted step 1's checkpoint when step 2 was saved; step 2 was never logged.
     make_checkpoint(tmp_path / "ckpt", 2)
