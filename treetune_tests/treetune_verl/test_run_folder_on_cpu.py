@@ -404,6 +404,20 @@ def test_row4_a_damaged_checkpoint_file_stops_the_resume_with_one_line_naming_it
             assert folder.resume_step == 1
 
 
+def test_row4_without_digests_a_truncated_file_is_still_found_and_a_same_size_change_is_not(tmp_path, monkeypatch):
+    monkeypatch.setenv(run_folder.HASH_ENV, "0")
+    step_folder = make_saved_checkpoint(tmp_path / "ckpt", 1)
+    marker = json.loads((step_folder / COMPLETE_MARKER).read_text())
+    assert all(set(entry) == {"bytes"} for entry in marker["files"].values())
+    shard = step_folder / SAVED_FILES["model shard"]
+    shard.write_bytes(bytes(len(shard.read_bytes())))  # same size, other bytes: not seen without the digest
+    with prepare_run_folder(run_config(tmp_path)) as folder:
+        assert folder.resume_step == 1
+    shard.write_bytes(b"cut")
+    with pytest.raises(ResumeError, match="truncated"):
+        prepare_run_folder(run_config(tmp_path))
+
+
 def test_row4_the_same_checkpoint_undamaged_is_resumed_from(tmp_path):
     make_saved_checkpoint(tmp_path / "ckpt", 1)
     make_saved_checkpoint(tmp_path / "ckpt", 2)
