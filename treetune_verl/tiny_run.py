@@ -218,30 +218,40 @@ def launch_training(
         threading.Thread(target=pump, daemon=True).start()
         last_sample = 0.0
         finished_output = False
+        exited_at = None
         seen: dict = {}
-        while True:
-            try:
-                line = lines.get(timeout=sample_s)
-            except queue.Empty:
-                line = ""
-            if line is None:
-                finished_output = True
-            elif line:
-                log.write(line)
-                if echo is not None:
-                    echo(line.rstrip("\n"))
-            now = time.monotonic()
-            if now - last_sample >= sample_s:
-                peak = max(peak, _tree_rss(root, seen))
-                last_sample = now
-            if finished_output and process.poll() is not None:
-                break
-            if timeout_s is not None and now - start > timeout_s:
-                timed_out = True
-                _kill_tree(root)
-                process.wait()
-                log.write(f"\n[launch_training] killed after {timeout_s:.0f} s timeout\n")
-                break
+        try:
+            while True:
+                try:
+                    line = lines.get(timeout=sample_s)
+                except queue.Empty:
+                    line = ""
+                if line is None:
+                    finished_output = True
+                elif line:
+                    log.write(line)
+                    if echo is not None:
+                        echo(line.rstrip("\n"))
+                now = time.monotonic()
+                if now - last_sample >= sample_s:
+                    peak = max(peak, _tree_rss(root, seen))
+                    last_sample = now
+                if exited_at is None and process.poll() is not None:
+                    exited_at = now
+                # A process the run left behind (Ray's) may hold the output pipe open: once the run itself exited,
+                # its output gets LEFTOVER_GRACE_S more seconds to end.
+                if exited_at is not None and (finished_output or now - exited_at > LEFTOVER_GRACE_S):
+                    break
+                if timeout_s is not None and now - start > timeout_s:
+                    timed_out = True
+                    _kill_tree(root)
+                    process.wait()
+                    log.write(f"\n[launch_training] killed after {timeout_s:.0f} s timeout\n")
+                    break
+        except BaseException:  # interrupted (Ctrl-C, a test's time-out): the run must not train on unattended
+            _kill_tree(root)
+            process.wait()
+            raise
         _end_leftovers(seen, log)
     return TrainingRun(
         returncode=process.returncode,

@@ -22,6 +22,7 @@ the machine.
 """
 
 import contextlib
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -81,13 +82,24 @@ def attach_env(address: str) -> dict[str, str]:
     return {"RAY_ADDRESS": address, "RAY_AUTH_MODE": "disabled"}
 
 
-def cluster_record(address: str) -> ClusterRecord:
-    """Read the live nodes and the actor table of the cluster at ``address`` (a short-lived driver of its own)."""
+def cluster_record(address: str, ended: str = "WorkerDict", settle_s: float = 60.0) -> ClusterRecord:
+    """Read the live nodes and the actor table of the cluster at ``address`` (a short-lived driver of its own).
+
+    A finished run's actors are released asynchronously (the driver's exit reaches the cluster's GCS, which then ends
+    the actors it owned), so the table is read again, for up to ``settle_s`` seconds, until no actor of class
+    ``ended`` is alive any more; the caller asserts on what it finally holds.
+    """
     import ray
 
     ray.init(address=address)
     try:
         node_ids = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
-        return ClusterRecord(node_ids=node_ids, actors=list(ray._private.state.actors().values()))
+        deadline = time.monotonic() + settle_s
+        while True:
+            actors = list(ray._private.state.actors().values())
+            alive = [a for a in actors if a["ActorClassName"].endswith(ended) and a["State"] != "DEAD"]
+            if not alive or time.monotonic() > deadline:
+                return ClusterRecord(node_ids=node_ids, actors=actors)
+            time.sleep(1)
     finally:
         ray.shutdown()

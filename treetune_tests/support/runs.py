@@ -16,7 +16,7 @@
 import json
 from pathlib import Path
 
-from treetune_verl.metrics_history import read_metrics
+from treetune_verl.metrics_history import read_metrics, training_steps
 from treetune_verl.tiny_run import METRICS_FILE, TrainingRun
 
 #: Lines of the run's log shown when it failed.
@@ -30,13 +30,15 @@ def log_tail(run: TrainingRun, lines: int = LOG_TAIL_LINES) -> str:
 
 def finished_run_metrics(run: TrainingRun, run_dir: Path, steps: int | None = None) -> dict[int, dict[str, float]]:
     """The metrics by step of a run that exited by itself with status 0 (not killed at its time limit) and, when
-    ``steps`` is given, logged exactly the steps ``1..steps``; fails with the tail of the run's log otherwise."""
+    ``steps`` is given, logged a training record of each step ``1..steps`` exactly once; fails with the tail of the
+    run's log otherwise."""
     assert not run.timed_out, f"run exceeded its time limit after {run.wall_s:.0f} s:\n{log_tail(run)}"
     assert run.returncode == 0, f"exit status {run.returncode}:\n{log_tail(run)}"
-    metrics = read_metrics(Path(run_dir) / METRICS_FILE)
-    if steps is not None:
-        assert sorted(metrics) == list(range(1, steps + 1)), f"logged steps {sorted(metrics)}:\n{log_tail(run)}"
-    return metrics
+    metrics_path = Path(run_dir) / METRICS_FILE
+    if steps is not None:  # each training step once (a validation-only record is not a step)
+        logged = training_steps(metrics_path)
+        assert logged == list(range(1, steps + 1)), f"logged steps {logged}:\n{log_tail(run)}"
+    return read_metrics(metrics_path)
 
 
 def step_rollouts(run_dir: Path, step: int = 1) -> list[tuple]:

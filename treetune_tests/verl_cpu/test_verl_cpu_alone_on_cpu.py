@@ -20,6 +20,7 @@ the marker expression of the enclosing run (``-m "not e2e"`` here runs ``-m "not
 """
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -35,11 +36,22 @@ SUITE_TIMEOUT_S = 1200
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
+    """Run Python in its own process group; on the time-out the whole group goes (the inner suite's training runs and
+    their Ray processes included, which would otherwise train on beside the other tests)."""
     env = {**os.environ, "PYTHONPATH": str(WITHOUT_OVERLAY)}
     env.pop("VERL_USE_EXTERNAL_MODULES", None)
-    return subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, cwd=PACKAGE_DIR, env=env, timeout=SUITE_TIMEOUT_S
-    )
+    command = [sys.executable, *args]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=PACKAGE_DIR, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        stdout, stderr = process.communicate(timeout=SUITE_TIMEOUT_S)
+    except BaseException:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def test_the_overlay_is_hidden_but_verl_and_verl_cpu_import():
