@@ -116,6 +116,7 @@ def run_command(assets: Path, run_dir: Path, steps: int, seed: int, extra: list[
         "actor_rollout_ref.rollout.n=4",
         "trainer.save_freq=1",
         "trainer.test_freq=2",
+        "trainer.val_before_train=true",  # so a resumed run writes its validation-only record (and can be killed in it)
         "trainer.resume_mode=auto",
         f"data.seed={seed}",
         f"hydra.run.dir={run_dir / 'hydra'}",
@@ -272,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         had_checkpoint = has_complete_checkpoint(chain)
         landed, at_kill = one_kill(kill, cmd, chain, log_path, rng)
         starts.append((had_checkpoint, log_path))
+        if landed.startswith("run ended by itself"):
+            sys.exit(f"[kill_sweep] kill {index} ({kill.how}) never came: {landed}; see {log_path}")
         rows.append([str(index), f"SIG{kill.signal}", kill.how, landed, at_kill])
         print(f"[kill_sweep] {' | '.join(rows[-1])}", flush=True)
     final_log = out / "logs" / "final.log"
