@@ -1,6 +1,7 @@
 # treetune-verl: the two commands of the README, plus a few helpers.
 #   make demo [ARGS="key=value ..."]   CPU tiny run of the main recipe (writes outputs/demo/)
 #   make experiment [ARGS="--quick ..."]  CPO vs matched GRPO on CPU (writes outputs/experiments/cpo_vs_grpo/)
+#   make kill-sweep [ARGS="--steps 6"]  kill a CPU run 24 times, resume, check no step lost (outputs/kill_sweep/)
 #   make test [PYTEST_ARGS=...] [TEST_WORKERS=2]  CPU test tier (pytest-xdist workers; 0 runs one process)
 #   make install-gpu ROLLOUT=vllm       GPU node: torch + serving engine + flash-attn + this project (or ROLLOUT=sglang;
 #                                       VERL=0.7.1 for that release's stack, in .venv-verl0.7.1)
@@ -44,7 +45,7 @@ GPU_INSTALL := -m treetune_scripts.gpu_install
 # verl on CPU, a distribution of its own (treetune-verl depends on it); its tests run with the project's.
 VERL_CPU_DIR := treetune_verl/verl-cpu
 
-.PHONY: install install-gpu check-gpu-install demo experiment test test-gpu upstream-cpu-tests lint clean-assets
+.PHONY: install install-gpu check-gpu-install demo experiment kill-sweep test test-gpu upstream-cpu-tests lint clean-assets
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -93,6 +94,9 @@ demo: $(STAMP)
 
 experiment: $(STAMP)
 	$(PY) -m treetune_scripts.experiments.cpo_vs_grpo $(ARGS)
+
+kill-sweep: $(STAMP)
+	$(PY) -m treetune_scripts.kill_sweep $(ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) $$(find treetune_tests -name 'test_*_on_cpu.py' | sort)

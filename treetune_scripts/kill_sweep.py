@@ -13,7 +13,7 @@
 # limitations under the License.
 """Kill sweep: kill a CPO run at many moments, resume it after each kill, and check that nothing was lost.
 
-A run on the tiny assets with a checkpoint every step and validation every other step is killed again and again:
+A run of 8 steps on the tiny assets, with a checkpoint every step and validation every other step, is killed 24 times:
 SIGTERM, SIGINT or SIGKILL sent to its whole process group (the driver, Ray and every worker), at
 
 * start-up (before Ray, and with Ray up before the first step);
@@ -29,11 +29,13 @@ landed and what the next start resumed from. At the end it checks that
 1. every training step is logged exactly once (``treetune_verl.metrics_history.training_steps``);
 2. no start trained from scratch once a complete checkpoint existed;
 3. the last checkpoint's model weights equal those of a straight run of the same steps, and so do the per-step
-   metrics it logged (max absolute differences printed; the runs are seeded, so equal is expected on one machine).
+   metrics it logged, validation included (max absolute differences printed; the runs are seeded, so equal is
+   expected on one machine);
+4. the token-credit dumps of steps 2 and 4 (``cpo.credit_dump``) are one whole file each, equal to the straight run's.
 
 Usage::
 
-    python -m treetune_scripts.kill_sweep [--out outputs/kill_sweep] [--steps 6] [--seed 0]
+    python -m treetune_scripts.kill_sweep [--out outputs/kill_sweep] [--steps 8] [--seed 0]    # or: make kill-sweep
 
 It prints the table and writes ``<out>/kill_sweep.md``; about 25 starts of the trainer (30-40 minutes on 2 cores).
 """
@@ -41,6 +43,7 @@ It prints the table and writes ``<out>/kill_sweep.md``; about 25 starts of the t
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import re
@@ -54,74 +57,83 @@ from pathlib import Path
 
 import psutil
 
-from treetune_recipe.cpo import ENTRY_MODULE
+from treetune_recipe.cpo.cpu_run import cpo_cpu_command
 from treetune_verl.fault_points import pause_overrides
 from treetune_verl.metrics_history import read_metrics, training_steps
 from treetune_verl.run_folder import COMPLETE_MARKER, checkpoint_steps
 from treetune_verl.tiny_assets import build_tiny_assets
-from treetune_verl.tiny_run import METRICS_FILE, tiny_run_overrides
+from treetune_verl.tiny_run import METRICS_FILE
 
 START_TIMEOUT_S = 600
 EXIT_TIMEOUT_S = 120
 SIGNALS = {"TERM": signal.SIGTERM, "INT": signal.SIGINT, "KILL": signal.SIGKILL}
+#: Steps whose token-credit dump (``cpo.credit_dump``) is written; each must end as one whole file, the straight run's.
+CREDIT_DUMP_STEPS = (2, 4)
+#: Metrics compared with the straight run, by prefix (timings and throughput differ between any two runs).
+TEST_FREQ = 2
+COMPARED_PREFIXES = ("critic/", "response_length/", "val-core/", "actor/pg_loss", "actor/grad_norm", "cpo/")
 
 
 @dataclass(frozen=True)
 class Kill:
-    """One kill: ``how`` is ``pause:<point>@<step>``, ``after:<seconds>`` (from the start) or ``random@<step>`` (a
-    random moment after step ``step - 1`` is logged, within about one step's time)."""
+    """One kill. ``how`` is
+
+    * ``after:<seconds>``: that long after the start (start-up);
+    * ``pause:<point>@<when>``: at a pause point (``treetune_verl.fault_points.POINTS``) of a step given relative to
+      the resume point R of this start: ``+1`` (the first step it trains), ``+2`` (the one after: step R + 1 is then
+      logged, and the run moves on), ``test`` (the first step after R with a validation), or ``resume`` (only for
+      ``validation``: the validation before training, logged under R);
+    * ``random@+<k>``: a random moment within step R + k (0-1.5 s after step R + k - 1 is logged, or after training
+      started for k = 1).
+    """
 
     how: str
     signal: str
 
 
-def default_plan(steps: int) -> list[Kill]:
-    """24 kills over ``steps`` steps (at least 6): every moment above, each with more than one signal."""
-    assert steps >= 6, "the plan needs at least 6 steps"
-    return [
-        Kill("after:3", "TERM"),  # Hydra composing, before Ray
-        Kill("after:25", "KILL"),  # Ray up, workers starting
-        Kill("pause:validation@0", "INT"),  # the first validation, before any step
-        Kill("pause:update@1", "TERM"),
-        Kill("pause:checkpoint_saved@1", "KILL"),
-        Kill("pause:checkpoint_complete@1", "TERM"),
-        Kill("pause:metrics_record@1", "KILL"),
-        Kill("pause:checkpoint_complete@2", "KILL"),
-        Kill("pause:validation@2", "TERM"),  # test_freq=2: validation after step 2's save, before its line
-        Kill("pause:metrics_record@2", "INT"),
-        Kill("random@3", "KILL"),
-        Kill("pause:checkpoint_saved@3", "TERM"),
-        Kill("pause:update@3", "KILL"),
-        Kill("pause:validation@2", "KILL"),  # a resume from step 2 validates before training, under step 2
-        Kill("random@4", "KILL"),
-        Kill("pause:validation@4", "KILL"),
-        Kill("pause:checkpoint_complete@4", "INT"),
-        Kill("random@5", "TERM"),
-        Kill("pause:metrics_record@5", "KILL"),
-        Kill("pause:checkpoint_saved@5", "INT"),
-        Kill("after:30", "TERM"),
-        Kill("random@6", "KILL"),
-        Kill("pause:checkpoint_complete@6", "KILL"),
-        Kill("pause:validation@6", "TERM"),
-    ]
+#: 24 kills: every moment, each with more than one signal; the ``+2`` ones move the run on by a step.
+PLAN = [
+    Kill("after:3", "TERM"),  # Hydra composing, before Ray
+    Kill("after:25", "KILL"),  # Ray up, workers starting
+    Kill("pause:validation@resume", "INT"),  # the first validation, before any step
+    Kill("pause:update@+1", "TERM"),  # mid-step: rollout, rewards, advantages done
+    Kill("pause:checkpoint_saved@+1", "KILL"),  # inside the save: verl's files written, not marked
+    Kill("pause:checkpoint_complete@+1", "TERM"),  # between the save and the metrics line
+    Kill("pause:metrics_record@+1", "KILL"),  # the step's record about to be written
+    Kill("pause:checkpoint_complete@+2", "KILL"),
+    Kill("pause:validation@test", "TERM"),  # the step's validation, after its save, before its line
+    Kill("pause:metrics_record@+1", "INT"),
+    Kill("random@+2", "KILL"),
+    Kill("pause:checkpoint_saved@+1", "TERM"),
+    Kill("pause:validation@resume", "KILL"),  # a resumed run's validation before training, under its resume step
+    Kill("pause:update@+2", "KILL"),
+    Kill("random@+1", "KILL"),
+    Kill("pause:validation@test", "KILL"),
+    Kill("pause:checkpoint_complete@+2", "INT"),
+    Kill("random@+1", "TERM"),
+    Kill("pause:metrics_record@+2", "KILL"),
+    Kill("pause:checkpoint_saved@+1", "INT"),
+    Kill("after:30", "TERM"),
+    Kill("random@+2", "KILL"),
+    Kill("pause:checkpoint_complete@+1", "KILL"),
+    Kill("pause:validation@test", "TERM"),
+]
 
 
 def run_command(assets: Path, run_dir: Path, steps: int, seed: int, extra: list[str]) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        ENTRY_MODULE,
-        "platform=cpu",
-        *tiny_run_overrides(assets, run_dir, total_training_steps=steps, experiment_name="kill_sweep"),
+    overrides = [
         "actor_rollout_ref.rollout.n=4",
         "trainer.save_freq=1",
-        "trainer.test_freq=2",
+        f"trainer.test_freq={TEST_FREQ}",
         "trainer.val_before_train=true",  # so a resumed run writes its validation-only record (and can be killed in it)
+        f"cpo.credit_dump.steps=[{','.join(str(step) for step in CREDIT_DUMP_STEPS)}]",
         "trainer.resume_mode=auto",
         f"data.seed={seed}",
-        f"hydra.run.dir={run_dir / 'hydra'}",
         *extra,
     ]
+    return cpo_cpu_command(
+        assets, run_dir, total_training_steps=steps, experiment_name="kill_sweep", overrides=overrides
+    )
 
 
 def state(run_dir: Path) -> str:
@@ -137,11 +149,11 @@ def state(run_dir: Path) -> str:
     return f"logged {span(logged)}, marked {span(marked)}" + (f", unmarked {span(unmarked)}" if unmarked else "")
 
 
-def has_complete_checkpoint(run_dir: Path) -> bool:
-    """A checkpoint marked complete whose step is logged: a start after this must resume, never start over."""
+def resume_point(run_dir: Path) -> int:
+    """The step a start will resume from: the newest checkpoint marked complete whose step is logged (0: none)."""
     logged = set(training_steps(run_dir / METRICS_FILE))
     folders = checkpoint_steps(run_dir / "checkpoints")
-    return any((folder / COMPLETE_MARKER).is_file() and step in logged for step, folder in folders.items())
+    return max((s for s, f in folders.items() if (f / COMPLETE_MARKER).is_file() and s in logged), default=0)
 
 
 def end_group(driver: subprocess.Popen, tree: list[psutil.Process]) -> int:
@@ -179,14 +191,25 @@ def launch(cmd: list[str], log_path: Path) -> subprocess.Popen:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
-def one_kill(kill: Kill, cmd: list[str], run_dir: Path, log_path: Path, rng: random.Random) -> tuple[str, str]:
+def one_kill(
+    kill: Kill, cmd: list[str], run_dir: Path, steps: int, log_path: Path, rng: random.Random
+) -> tuple[str, str]:
     """Start, wait for the kill's moment, signal the group; returns (where it landed, state at the kill)."""
     pause_file = run_dir / "paused.json"
     pause_file.unlink(missing_ok=True)
+    resume = resume_point(run_dir)
     extra = []
     if kill.how.startswith("pause:"):
-        point, step = kill.how.removeprefix("pause:").split("@")
-        extra = pause_overrides(point, int(step), pause_file)
+        point, when = kill.how.removeprefix("pause:").split("@")
+        if when == "resume":
+            step = resume
+        elif when == "test":
+            step = resume + TEST_FREQ - resume % TEST_FREQ
+        else:
+            step = resume + int(when)
+        if step > steps:
+            return f"not started: step {step} is beyond the run's {steps}", state(run_dir)
+        extra = pause_overrides(point, step, pause_file)
     driver = launch(cmd + extra, log_path)
     started = time.monotonic()
     landed = ""
@@ -197,22 +220,22 @@ def one_kill(kill: Kill, cmd: list[str], run_dir: Path, log_path: Path, rng: ran
             landed = "time-out waiting for the moment"
             break
         if kill.how.startswith("pause:") and pause_file.exists():
-            landed = f"paused at {kill.how.removeprefix('pause:')}"
+            paused = json.loads(pause_file.read_text())
+            landed = f"paused at {paused['point']} of step {paused['step']}"
             break
         if kill.how.startswith("after:") and time.monotonic() - started >= float(kill.how.removeprefix("after:")):
             text = log_path.read_text(errors="replace")
             landed = "start-up, Ray up" if "Started a local Ray instance" in text else "start-up, before Ray"
             break
-        if kill.how.startswith("random@"):
-            step = int(kill.how.removeprefix("random@"))
-            if step - 1 in [0, *training_steps(run_dir / METRICS_FILE)] and "Training Progress" in log_path.read_text(
-                errors="replace"
-            ):
-                delay = rng.uniform(0.0, 4.0)
+        if kill.how.startswith("random@+"):
+            step = resume + int(kill.how.removeprefix("random@+"))
+            started_training = "Training Progress" in log_path.read_text(errors="replace")
+            if started_training and (step == resume + 1 or step - 1 in training_steps(run_dir / METRICS_FILE)):
+                delay = rng.uniform(0.0, 1.5)
                 time.sleep(delay)
                 landed = f"random, {delay:.2f} s into step {step}"
                 break
-        time.sleep(0.2)
+        time.sleep(0.05)
     tree = psutil.Process(driver.pid).children(recursive=True)
     at_kill = state(run_dir)
     os.killpg(driver.pid, SIGNALS[kill.signal])
@@ -238,16 +261,39 @@ def compare_weights(a: Path, b: Path) -> float:
     return max(float((left[k].float() - right[k].float()).abs().max()) for k in left)
 
 
-def compare_metrics(a: Path, b: Path, keys=("critic/score/mean", "actor/pg_loss", "response_length/mean")) -> float:
+def compare_metrics(a: Path, b: Path) -> tuple[float, int]:
+    """Max absolute difference over the :data:`COMPARED_PREFIXES` metrics of the steps both files log, and how many
+    values were compared."""
     left, right = read_metrics(a), read_metrics(b)
-    diffs = [abs(left[s][k] - right[s][k]) for s in left if s in right for k in keys if k in left[s] and k in right[s]]
-    return max(diffs, default=float("inf"))
+    diffs = [
+        abs(float(left[step][key]) - float(right[step][key]))
+        for step in left.keys() & right.keys()
+        for key in left[step].keys() & right[step].keys()
+        if key.startswith(COMPARED_PREFIXES) and isinstance(left[step][key], int | float)
+    ]
+    return max(diffs, default=float("inf")), len(diffs)
+
+
+def compare_credit_dumps(a: Path, b: Path) -> str:
+    """'' when both runs hold exactly one whole dump per listed step with the same content; else what differs."""
+    problems = []
+    for run in (a, b):
+        names = sorted(path.name for path in (run / "checkpoints" / "credit_dump").glob("*"))
+        if names != sorted(f"step_{step}.json" for step in CREDIT_DUMP_STEPS):
+            problems.append(f"{run.name} holds {names}")
+    for step in CREDIT_DUMP_STEPS:
+        texts = [(run / "checkpoints" / "credit_dump" / f"step_{step}.json") for run in (a, b)]
+        if all(path.is_file() for path in texts) and json.loads(texts[0].read_text()) != json.loads(
+            texts[1].read_text()
+        ):
+            problems.append(f"step_{step}.json differs")
+    return "; ".join(problems)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("outputs/kill_sweep"))
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=8, help="training steps (the plan moves the run on by 5-7)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     out = args.out.resolve()
@@ -268,17 +314,17 @@ def main(argv: list[str] | None = None) -> int:
     chain.mkdir()
     cmd = run_command(assets, chain, args.steps, args.seed, [])
     rows, starts = [], []
-    for index, kill in enumerate(default_plan(args.steps), start=1):
+    for index, kill in enumerate(PLAN, start=1):
         log_path = out / "logs" / f"kill_{index:02d}.log"
-        had_checkpoint = has_complete_checkpoint(chain)
-        landed, at_kill = one_kill(kill, cmd, chain, log_path, rng)
+        had_checkpoint = resume_point(chain) > 0
+        landed, at_kill = one_kill(kill, cmd, chain, args.steps, log_path, rng)
         starts.append((had_checkpoint, log_path))
-        if landed.startswith("run ended by itself"):
+        if landed.startswith(("run ended by itself", "not started")):
             sys.exit(f"[kill_sweep] kill {index} ({kill.how}) never came: {landed}; see {log_path}")
         rows.append([str(index), f"SIG{kill.signal}", kill.how, landed, at_kill])
         print(f"[kill_sweep] {' | '.join(rows[-1])}", flush=True)
     final_log = out / "logs" / "final.log"
-    had_checkpoint = has_complete_checkpoint(chain)
+    had_checkpoint = resume_point(chain) > 0
     driver = launch(cmd, final_log)
     final_status = driver.wait(timeout=START_TIMEOUT_S * 2)
     starts.append((had_checkpoint, final_log))
@@ -291,13 +337,21 @@ def main(argv: list[str] | None = None) -> int:
     logged = training_steps(chain / METRICS_FILE)
     last = f"global_step_{args.steps}"
     weights_diff = compare_weights(straight / "checkpoints" / last, chain / "checkpoints" / last)
-    metrics_diff = compare_metrics(straight / METRICS_FILE, chain / METRICS_FILE)
+    metrics_diff, compared = compare_metrics(straight / METRICS_FILE, chain / METRICS_FILE)
+    dumps = compare_credit_dumps(straight, chain)
     checks = [
         (f"every step logged exactly once: {logged}", logged == list(range(1, args.steps + 1))),
         (f"no start trained from scratch over a complete checkpoint ({scratch or 'none'})", not scratch),
         (f"final run exited 0 ({final_status})", final_status == 0),
         (f"{last} weights vs the straight run: max |diff| {weights_diff:.3g}", weights_diff <= 1e-5),
-        (f"per-step metrics vs the straight run: max |diff| {metrics_diff:.3g}", metrics_diff <= 1e-5),
+        (
+            f"per-step metrics vs the straight run ({compared} values): max |diff| {metrics_diff:.3g}",
+            metrics_diff <= 1e-5,
+        ),
+        (
+            f"credit dumps of steps {CREDIT_DUMP_STEPS}: one whole file each, as the straight run's ({dumps or 'yes'})",
+            not dumps,
+        ),
     ]
     header = ["#", "signal", "moment", "where it landed", "state at the kill", "what the next start did"]
     lines = [

@@ -353,7 +353,7 @@ def resolve_resume_step(checkpoint_dir: str | Path, metrics_path: str | Path | N
             stacklevel=2,
         )
     if pointed is not None:
-        if not ahead:
+        if not ahead and not first_step_killed:
             warnings.warn(
                 f"{tracker} points to step {pointed}, but there is no complete checkpoint: training from the start.",
                 stacklevel=2,

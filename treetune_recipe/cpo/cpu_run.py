@@ -15,11 +15,40 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME, ENTRY_MODULE
 from treetune_verl.tiny_run import TrainingRun, launch_training, tiny_run_overrides
+
+
+def cpo_cpu_overrides(
+    assets_dir: str | Path, run_dir: str | Path, *, total_training_steps: int, experiment_name: str
+) -> list[str]:
+    """The overrides every CPU run of the recipe starts with: ``platform=cpu``,
+    :func:`~treetune_verl.tiny_run.tiny_run_overrides` and ``hydra.run.dir=<run_dir>/hydra``."""
+    common = tiny_run_overrides(
+        assets_dir, run_dir, total_training_steps=total_training_steps, experiment_name=experiment_name
+    )
+    return ["platform=cpu", *common, f"hydra.run.dir={Path(run_dir).resolve() / 'hydra'}"]
+
+
+def cpo_cpu_command(
+    assets_dir: str | Path,
+    run_dir: str | Path,
+    *,
+    total_training_steps: int,
+    experiment_name: str,
+    overrides: Sequence[str] = (),
+) -> list[str]:
+    """``python -m <the recipe's entry point>`` with :func:`cpo_cpu_overrides`, then ``overrides``: for a caller that
+    runs the process itself (its own signals and process group)."""
+    common = cpo_cpu_overrides(
+        assets_dir, run_dir, total_training_steps=total_training_steps, experiment_name=experiment_name
+    )
+    return [sys.executable, "-m", ENTRY_MODULE, *common, *overrides]
 
 
 def launch_cpo_on_cpu(
@@ -34,8 +63,7 @@ def launch_cpo_on_cpu(
 ) -> TrainingRun:
     """:func:`~treetune_verl.tiny_run.launch_training` of the CPO recipe (``main_cpo``, ``cpo_trainer``).
 
-    Adds ``platform=cpu``, :func:`~treetune_verl.tiny_run.tiny_run_overrides` and
-    ``hydra.run.dir=<run_dir>/hydra`` before ``overrides``, so the caller's overrides win, and runs in ``run_dir``
+    Adds :func:`cpo_cpu_overrides` before ``overrides``, so the caller's overrides win, and runs in ``run_dir``
     unless ``cwd`` is given.
 
     Args:
@@ -47,12 +75,12 @@ def launch_cpo_on_cpu(
         experiment_name: ``trainer.experiment_name``.
         **launch_kwargs: passed to ``launch_training`` (``timeout_s``, ``env``, ``echo``, ``cwd``, ``append_log``...).
     """
-    common = tiny_run_overrides(
+    common = cpo_cpu_overrides(
         assets_dir, run_dir, total_training_steps=total_training_steps, experiment_name=experiment_name
     )
     launch_kwargs.setdefault("cwd", run_dir)
     return launch_training(
-        ["platform=cpu", *common, f"hydra.run.dir={Path(run_dir) / 'hydra'}", *overrides],
+        [*common, *overrides],
         log_path,
         entry_module=ENTRY_MODULE,
         config_dir=CONFIG_DIR,

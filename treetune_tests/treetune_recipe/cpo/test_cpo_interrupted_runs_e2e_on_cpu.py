@@ -30,19 +30,18 @@ After each signal, every process A or B had started (Ray's included) must be gon
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from treetune_recipe.cpo import ENTRY_MODULE
+from treetune_recipe.cpo.cpu_run import cpo_cpu_command
 from treetune_verl.fault_points import pause_overrides
 from treetune_verl.metrics_history import training_steps
 from treetune_verl.run_folder import COMPLETE_MARKER, LOCK_FILE
 from treetune_verl.tiny_assets import build_tiny_assets
-from treetune_verl.tiny_run import METRICS_FILE, tiny_run_overrides
+from treetune_verl.tiny_run import METRICS_FILE
 
 STEPS = 200  # far more than both runs reach (a step takes ~2 s on CPU): each is stopped by its signal
 STEP_TIMEOUT_S = 480
@@ -52,18 +51,15 @@ OWN_RAY_ENV = {**os.environ, "RAY_ADDRESS": "local", "PYTHONUNBUFFERED": "1"}
 
 
 def command(assets_dir: Path, run_dir: Path, pause_at: tuple[str, int]) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        ENTRY_MODULE,
-        "platform=cpu",
-        *tiny_run_overrides(assets_dir, run_dir, total_training_steps=STEPS, experiment_name="e2e_interrupted"),
+    overrides = [
         "actor_rollout_ref.rollout.n=4",
         "trainer.save_freq=1",
         "trainer.resume_mode=auto",
-        f"hydra.run.dir={run_dir / 'hydra'}",
         *pause_overrides(*pause_at, run_dir / f"paused_at_{pause_at[0]}_{pause_at[1]}.json"),
     ]
+    return cpo_cpu_command(
+        assets_dir, run_dir, total_training_steps=STEPS, experiment_name="e2e_interrupted", overrides=overrides
+    )
 
 
 def run_until_paused_then_signal(cmd, run_dir: Path, log_path: Path, signum: int, while_running=None):
