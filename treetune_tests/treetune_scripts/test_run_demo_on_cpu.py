@@ -50,7 +50,10 @@ def test_extra_arguments_are_hydra_overrides():
 
 def test_step_times_reads_the_file_logger_format(tmp_path):
     path = tmp_path / "metrics.jsonl"
-    records = [{"step": 1, "data": {"timing_s/step": 7.5}}, {"step": 2, "data": {"timing_s/step": 2.25, "x": 1}}]
+    records = [
+        {"step": 1, "data": {"timing_s/step": 7.5, "training/global_step": 1}},
+        {"step": 2, "data": {"timing_s/step": 2.25, "x": 1, "training/global_step": 2}},
+    ]
     path.write_text("\n".join(json.dumps(record) for record in records) + "\n")
     assert run_demo.step_times(path) == [(1, 7.5), (2, 2.25)]
 
@@ -70,7 +73,10 @@ def test_bad_override_stops_at_the_preflight_before_any_training(tmp_path, capsy
 
 def test_row3_a_resumed_demo_keeps_the_earlier_metrics_and_plots_the_whole_history(tmp_path, capsys, monkeypatch):
     metrics_path = tmp_path / "metrics.jsonl"
-    earlier = [{"step": step, "data": {"timing_s/step": 1.0, "critic/score/mean": -1.0}} for step in (1, 2)]
+    earlier = [
+        {"step": step, "data": {"timing_s/step": 1.0, "critic/score/mean": -1.0, "training/global_step": step}}
+        for step in (1, 2)
+    ]
     metrics_path.write_text("".join(json.dumps(record) + "\n" for record in earlier))
     (tmp_path / "train.log").write_text("step:2 - earlier run\n")
     seen = {}
@@ -78,7 +84,8 @@ def test_row3_a_resumed_demo_keeps_the_earlier_metrics_and_plots_the_whole_histo
     def resumed_training(overrides, log_path, **kwargs):  # stands in for a run that resumed at step 3
         seen["append_log"] = kwargs.get("append_log")
         with open(metrics_path, "a") as handle:
-            handle.write(json.dumps({"step": 3, "data": {"timing_s/step": 1.0, "critic/score/mean": 0.0}}) + "\n")
+            record = {"step": 3, "data": {"timing_s/step": 1.0, "critic/score/mean": 0.0, "training/global_step": 3}}
+            handle.write(json.dumps(record) + "\n")
         return TrainingRun(returncode=0, wall_s=1.0, peak_rss_bytes=0, timed_out=False, log_path=log_path)
 
     monkeypatch.setattr(run_demo, "launch_training", resumed_training)
