@@ -522,8 +522,9 @@ class RearmSigterm:
         return self._actor_class.options(*args, **kwargs)
 
 
-#: Seconds the processes a Ray instance started get to exit after ``ray.shutdown()`` before they are killed.
-RAY_EXIT_GRACE_S = 10.0
+#: Seconds the processes a Ray instance started get to exit after ``ray.shutdown()`` before they are killed (a
+#: trainer process left running would go on training and writing into the run folder once its lock is released).
+RAY_EXIT_GRACE_S = 2.0
 
 
 def shutdown_ray() -> None:
