@@ -527,10 +527,38 @@ class RearmSigterm:
 RAY_EXIT_GRACE_S = 2.0
 
 
-def shutdown_ray() -> None:
+def _kill(processes) -> None:
+    import psutil
+
+    for process in processes:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def _is_ray_worker(process) -> bool:
+    """A Ray worker process (the trainer, its workers, the servers): Ray titles them ``ray::<what it runs>``."""
+    import psutil
+
+    try:
+        command = process.cmdline()
+    except psutil.Error:
+        return False
+    return bool(command) and command[0].startswith("ray::")
+
+
+def shutdown_ray(interrupted: bool = False) -> None:
     """``ray.shutdown()`` that a second SIGINT or SIGTERM cannot cut short (it would leave Ray's processes), then
     the end of every process this driver started that outlived it (a Ray worker has been seen to outlive its run by
-    minutes, training on nothing but still holding memory)."""
+    minutes, training on nothing but still holding memory).
+
+    Args:
+        interrupted: the run was stopped (a signal, an error): Ray's worker processes this driver started are killed
+            first. ``ray.shutdown()`` takes seconds, and until it ends the trainer would go on training and writing
+            into the run folder; the kill sweep saw a run finish six more steps after its SIGTERM. Whatever the kill
+            cuts is what any kill cuts: the resume trains that step again (see the module docstring).
+    """
     import psutil
     import ray
 
@@ -539,13 +567,13 @@ def shutdown_ray() -> None:
     started = psutil.Process().children(recursive=True)
     previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
+        if interrupted:
+            workers = [process for process in started if _is_ray_worker(process)]
+            _kill(workers)
+            psutil.wait_procs(workers, timeout=RAY_EXIT_GRACE_S)
         ray.shutdown()
         _, alive = psutil.wait_procs(started, timeout=RAY_EXIT_GRACE_S)
-        for process in alive:
-            try:
-                process.kill()
-            except psutil.NoSuchProcess:
-                pass
+        _kill(alive)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -52,12 +52,14 @@ def main(config) -> None:
     exit_on_sigterm()
     try:
         with prepare_run_folder(config):
+            # Each job of a Hydra multirun starts its own Ray cluster, and shuts it down here.
             try:
                 # SYNC WARNING: verl/trainer/main_ppo.py:run_ppo accepts task_runner_class (the recipe seam of 0.7.1)
                 run_ppo(config, task_runner_class=RearmSigterm(ray.remote(num_cpus=1)(CPOTaskRunner)))
-            finally:
-                # Each job of a Hydra multirun starts its own Ray cluster; SIGINT and SIGTERM end up here too.
-                shutdown_ray()
+            except BaseException:  # SIGINT, SIGTERM, an error: the trainer stops at once, before Ray's shutdown
+                shutdown_ray(interrupted=True)
+                raise
+            shutdown_ray()
     except RunFolderError as error:  # a folder in use, unwritable or damaged, a full disk: one line, path and fix
         sys.exit(f"[cpo] {getattr(error, 'cause', None) or error}")
 
