@@ -29,9 +29,9 @@ landed and what the next start resumed from. At the end it checks that
 1. every training step is logged exactly once (``treetune_verl.metrics_history.training_steps``);
 2. no start trained from scratch once a complete checkpoint existed;
 3. the last checkpoint's model weights equal those of a straight run of the same steps, and so do the per-step
-   metrics it logged, validation included (max absolute differences printed; the runs are seeded, so equal is
-   expected on one machine);
-4. the token-credit dumps of steps 2 and 4 (``cpo.credit_dump``) are one whole file each, equal to the straight run's.
+   metrics it logged, validation included, within the trainer's fp32 numerics (:data:`WEIGHTS_TOLERANCE`,
+   :data:`METRICS_TOLERANCE`; the max absolute differences are printed);
+4. the token-credit dumps of steps 2 and 4 (``cpo.credit_dump``) are one whole file each, of their step.
 
 Usage::
 
@@ -71,6 +71,10 @@ SIGNALS = {"TERM": signal.SIGTERM, "INT": signal.SIGINT, "KILL": signal.SIGKILL}
 CREDIT_DUMP_STEPS = (2, 4)
 #: Metrics compared with the straight run, by prefix (timings and throughput differ between any two runs).
 TEST_FREQ = 2
+#: A resumed run is not bitwise the straight run: measured 1.2e-7 on the weights after 12 steps and 24 kills, and
+#: 1.9e-5 on the advantages (CPO's shaping reads the log-probs). One response sampled differently moves the mean
+#: score by 2/32 (rewards +-1, 8 prompts x 4 responses); the tolerances sit far between the two.
+WEIGHTS_TOLERANCE, METRICS_TOLERANCE = 1e-5, 1e-3
 COMPARED_PREFIXES = ("critic/", "response_length/", "val-core/", "actor/pg_loss", "actor/grad_norm", "cpo/")
 
 
@@ -233,7 +237,7 @@ def one_kill(
             if started_training and (step == resume + 1 or step - 1 in training_steps(run_dir / METRICS_FILE)):
                 delay = rng.uniform(0.0, 1.5)
                 time.sleep(delay)
-                landed = f"random, {delay:.2f} s into step {step}"
+                landed = f"random, {delay:.2f} s after step {step - 1} was logged (or training began)"
                 break
         time.sleep(0.05)
     tree = psutil.Process(driver.pid).children(recursive=True)
@@ -275,20 +279,24 @@ def compare_metrics(a: Path, b: Path) -> tuple[float, int]:
     return max(diffs, default=float("inf")), len(diffs)
 
 
-def compare_credit_dumps(a: Path, b: Path) -> str:
-    """'' when both runs hold exactly one whole dump per listed step with the same content; else what differs."""
-    problems = []
-    for run in (a, b):
-        names = sorted(path.name for path in (run / "checkpoints" / "credit_dump").glob("*"))
-        if names != sorted(f"step_{step}.json" for step in CREDIT_DUMP_STEPS):
-            problems.append(f"{run.name} holds {names}")
+def check_credit_dumps(run_dir: Path) -> str:
+    """'' when the run holds exactly one whole dump per listed step, for that step; else what is wrong.
+
+    Its content is not compared with the straight run's: the dump picks its rows among prompt groups whose ids verl
+    draws at random (``uuid4``), so two runs, killed or not, show different rows of the same batch.
+    """
+    folder = run_dir / "checkpoints" / "credit_dump"
+    names = sorted(path.name for path in folder.glob("*"))
+    if names != sorted(f"step_{step}.json" for step in CREDIT_DUMP_STEPS):
+        return f"{run_dir.name} holds {names}"
     for step in CREDIT_DUMP_STEPS:
-        texts = [(run / "checkpoints" / "credit_dump" / f"step_{step}.json") for run in (a, b)]
-        if all(path.is_file() for path in texts) and json.loads(texts[0].read_text()) != json.loads(
-            texts[1].read_text()
-        ):
-            problems.append(f"step_{step}.json differs")
-    return "; ".join(problems)
+        try:
+            dumped = json.loads((folder / f"step_{step}.json").read_text())["step"]
+        except (ValueError, KeyError) as error:
+            return f"step_{step}.json does not parse ({error})"
+        if dumped != step:
+            return f"step_{step}.json holds step {dumped}"
+    return ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -341,20 +349,17 @@ def main(argv: list[str] | None = None) -> int:
     last = f"global_step_{args.steps}"
     weights_diff = compare_weights(straight / "checkpoints" / last, chain / "checkpoints" / last)
     metrics_diff, compared = compare_metrics(straight / METRICS_FILE, chain / METRICS_FILE)
-    dumps = compare_credit_dumps(straight, chain)
+    dumps = check_credit_dumps(chain)
     checks = [
         (f"every step logged exactly once: {logged}", logged == list(range(1, args.steps + 1))),
         (f"no start trained from scratch over a complete checkpoint ({scratch or 'none'})", not scratch),
         (f"final run exited 0 ({final_status})", final_status == 0),
-        (f"{last} weights vs the straight run: max |diff| {weights_diff:.3g}", weights_diff <= 1e-5),
+        (f"{last} weights vs the straight run: max |diff| {weights_diff:.3g}", weights_diff <= WEIGHTS_TOLERANCE),
         (
             f"per-step metrics vs the straight run ({compared} values): max |diff| {metrics_diff:.3g}",
-            metrics_diff <= 1e-5,
+            metrics_diff <= METRICS_TOLERANCE,
         ),
-        (
-            f"credit dumps of steps {CREDIT_DUMP_STEPS}: one whole file each, as the straight run's ({dumps or 'yes'})",
-            not dumps,
-        ),
+        (f"credit dumps of steps {CREDIT_DUMP_STEPS}: one whole file each ({dumps or 'yes'})", not dumps),
     ]
     header = ["#", "signal", "moment", "where it landed", "state at the kill", "what the next start did"]
     lines = [
