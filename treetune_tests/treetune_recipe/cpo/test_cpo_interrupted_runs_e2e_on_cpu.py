@@ -28,6 +28,7 @@ After each signal, every process A or B had started (Ray's included) must be gon
 """
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -181,3 +182,28 @@ def test_row2_every_finished_save_is_marked_complete(interrupted_runs):
         assert (checkpoints / f"global_step_{step}" / COMPLETE_MARKER).is_file()
         assert (checkpoints / f"global_step_{step}" / "data.pt").exists()  # dataloader state: no sample replayed
     assert not (checkpoints / "global_step_3").exists()  # B was killed before step 3's save
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(STEP_TIMEOUT_S)
+def test_row4_a_damaged_checkpoint_stops_the_resume_with_one_line_naming_the_file(interrupted_runs, tmp_path):
+    # A copy of the folder the two runs left, with the newest checkpoint's model shard cut short.
+    run_dir = tmp_path / "damaged"
+    shutil.copytree(interrupted_runs["run_dir"], run_dir, ignore=shutil.ignore_patterns("*.lock", "hydra"))
+    shard = next((run_dir / "checkpoints" / "global_step_2" / "actor").glob("model_world_size_*.pt"))
+    shard.write_bytes(shard.read_bytes()[:1000])
+    before = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
+    stop = subprocess.run(
+        command(build_tiny_assets(), run_dir, ("update", 3)),
+        capture_output=True, text=True, timeout=STEP_TIMEOUT_S, cwd=run_dir, env=OWN_RAY_ENV,
+    )  # fmt: skip
+    assert stop.returncode != 0
+    last_line = stop.stderr.strip().splitlines()[-1]
+    assert last_line.startswith(f"[cpo] checkpoint file {shard} has 1000 bytes"), stop.stderr[-2000:]
+    assert "Restore the file, or move" in last_line and "Traceback" not in stop.stderr
+    assert "Started a local Ray instance" not in stop.stdout + stop.stderr  # stopped before Ray
+    # Nothing overwritten, nothing added but Hydra's record of the start and the lock files.
+    after = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
+    assert {path: data for path, data in after.items() if "hydra" not in path.parts and path.suffix != ".lock"} == (
+        {path: data for path, data in before.items() if path.suffix != ".lock"}
+    )
