@@ -177,15 +177,18 @@ def test_row3_metrics_after_the_resume_step_and_cut_lines_are_dropped(tmp_path):
 
 
 def test_row3_file_logger_appends(tmp_path, monkeypatch):
+    import verl.utils.tracking as tracking
+
     from treetune_verl.patches import append_file_logger
 
+    # The patch replaces a module global: restored after the test, or every later test in this process (the other
+    # files of this xdist worker) would see the patched logger.
+    monkeypatch.setattr(tracking, "FileLogger", tracking.FileLogger)
     path = tmp_path / "metrics.jsonl"
     path.write_text(json.dumps({"step": 1, "data": {"x": 1.0}}) + "\n")
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
     append_file_logger()
-    from verl.utils.tracking import Tracking
-
-    tracker = Tracking(project_name="p", experiment_name="e", default_backend=["file"])
+    tracker = tracking.Tracking(project_name="p", experiment_name="e", default_backend=["file"])
     tracker.log(data={"x": 2.0}, step=2)
     tracker.logger["file"].finish()
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2]
