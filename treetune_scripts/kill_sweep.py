@@ -60,7 +60,7 @@ import psutil
 from treetune_recipe.cpo.cpu_run import cpo_cpu_command
 from treetune_verl.fault_points import pause_overrides
 from treetune_verl.metrics_history import read_metrics, training_steps
-from treetune_verl.run_folder import COMPLETE_MARKER, checkpoint_steps
+from treetune_verl.run_folder import checkpoint_steps, is_complete_checkpoint, kill_processes
 from treetune_verl.tiny_assets import build_tiny_assets
 from treetune_verl.tiny_run import METRICS_FILE
 
@@ -140,11 +140,16 @@ def run_command(assets: Path, run_dir: Path, steps: int, seed: int, extra: list[
     )
 
 
+def _logged_and_marked(run_dir: Path) -> tuple[list[int], list[int], dict[int, Path]]:
+    """The steps with a training record, the checkpoints marked complete, and every checkpoint folder."""
+    folders = checkpoint_steps(run_dir / "checkpoints")
+    marked = sorted(step for step, folder in folders.items() if is_complete_checkpoint(folder))
+    return training_steps(run_dir / METRICS_FILE), marked, folders
+
+
 def state(run_dir: Path) -> str:
     """Steps logged and checkpoints marked complete, e.g. ``logged 1-3, marked 1-4``."""
-    logged = training_steps(run_dir / METRICS_FILE)
-    folders = checkpoint_steps(run_dir / "checkpoints")
-    marked = sorted(step for step, folder in folders.items() if (folder / COMPLETE_MARKER).is_file())
+    logged, marked, folders = _logged_and_marked(run_dir)
     unmarked = sorted(set(folders) - set(marked))
 
     def span(values):
@@ -154,10 +159,10 @@ def state(run_dir: Path) -> str:
 
 
 def resume_point(run_dir: Path) -> int:
-    """The step a start will resume from: the newest checkpoint marked complete whose step is logged (0: none)."""
-    logged = set(training_steps(run_dir / METRICS_FILE))
-    folders = checkpoint_steps(run_dir / "checkpoints")
-    return max((s for s, f in folders.items() if (f / COMPLETE_MARKER).is_file() and s in logged), default=0)
+    """The step a start will resume from: the newest checkpoint marked complete whose step is logged (0: none); the
+    rule of ``treetune_verl.run_folder.resolve_resume_step``, read without its repairs."""
+    logged, marked, _ = _logged_and_marked(run_dir)
+    return max(set(marked) & set(logged), default=0)
 
 
 def end_group(driver: subprocess.Popen, tree: list[psutil.Process]) -> int:
@@ -170,12 +175,7 @@ def end_group(driver: subprocess.Popen, tree: list[psutil.Process]) -> int:
         os.killpg(driver.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    for process in tree:
-        try:
-            process.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(tree, timeout=30)
+    kill_processes(tree, wait_s=30)
     return driver.wait() if status is None else status
 
 

@@ -527,14 +527,26 @@ class RearmSigterm:
 RAY_EXIT_GRACE_S = 2.0
 
 
-def _kill(processes) -> None:
+def kill_processes(processes, wait_s: float = 0.0) -> list[str]:
+    """SIGKILL each of ``processes`` (``psutil.Process``) still alive, then wait up to ``wait_s`` seconds for them to
+    go. psutil refuses a pid reused since the process was listed.
+
+    Returns:
+        The names of the processes it killed.
+    """
     import psutil
 
+    killed = []
     for process in processes:
         try:
+            name = process.name()
             process.kill()
+            killed.append(name)
         except psutil.NoSuchProcess:
             pass
+    if wait_s > 0:
+        psutil.wait_procs(processes, timeout=wait_s)
+    return killed
 
 
 def _is_ray_worker(process) -> bool:
@@ -568,12 +580,10 @@ def shutdown_ray(interrupted: bool = False) -> None:
     previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         if interrupted:
-            workers = [process for process in started if _is_ray_worker(process)]
-            _kill(workers)
-            psutil.wait_procs(workers, timeout=RAY_EXIT_GRACE_S)
+            kill_processes([process for process in started if _is_ray_worker(process)], wait_s=RAY_EXIT_GRACE_S)
         ray.shutdown()
         _, alive = psutil.wait_procs(started, timeout=RAY_EXIT_GRACE_S)
-        _kill(alive)
+        kill_processes(alive)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

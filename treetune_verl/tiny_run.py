@@ -33,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from treetune_verl.run_folder import kill_processes
+
 #: Directory holding ``ppo_trainer_cpu.yaml`` and the ``platform`` group (pass it as ``--config-path``).
 CONFIG_DIR = Path(importlib.util.find_spec("verl_cpu.config").submodule_search_locations[0])
 #: Reward of the tiny arithmetic dataset (``data_source="tiny_arith"``).
@@ -124,13 +126,7 @@ def _end_leftovers(seen: dict, log) -> None:
     import psutil
 
     _, alive = psutil.wait_procs(list(seen.values()), timeout=LEFTOVER_GRACE_S)
-    names = []
-    for process in alive:
-        try:
-            names.append(process.name())
-            process.kill()
-        except psutil.NoSuchProcess:
-            pass
+    names = kill_processes(alive)
     if names:
         log.write(
             f"\n[launch_training] ended {len(names)} process(es) of the run still alive {LEFTOVER_GRACE_S:.0f} s "
@@ -145,12 +141,7 @@ def _kill_tree(root) -> None:
         processes = [*root.children(recursive=True), root]
     except psutil.NoSuchProcess:
         return
-    for process in processes:
-        try:
-            process.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(processes, timeout=10)
+    kill_processes(processes, wait_s=10)
 
 
 def launch_training(
