@@ -11,22 +11,34 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""A reference model that can take the actor's weights: verl's fused actor/rollout/reference worker plus one call.
+"""A reference model that can take the actor's weights: verl's fused actor/rollout/reference worker plus a few calls.
 
 verl (0.9.1 and 0.7.1, engine workers) builds the reference policy inside ``ActorRolloutRefWorker`` (role
 ``actor_rollout_ref``) whenever a KL term needs it, from the same model path as the actor, and never changes it.
-:class:`RefreshableReferenceWorker` adds ``copy_actor_weights_to_reference``, which overwrites the reference's
-parameters with the actor's current ones in every worker process, shard by shard (both models are wrapped by the same
-FSDP strategy over the same mesh, so their local shards line up; the copy casts to the reference's dtype and device,
-so an offloaded or lower-precision reference works too). A recipe maps its actor role to this class in its TaskRunner's
-``add_actor_rollout_worker``.
+:class:`RefreshableReferenceWorker` adds:
+
+- ``copy_actor_weights_to_reference``, which overwrites the reference's parameters with the actor's current ones in
+  every worker process, shard by shard (both models are wrapped by the same FSDP strategy over the same mesh, so their
+  local shards line up; the copy casts to the reference's dtype and device, so an offloaded or lower-precision
+  reference works too);
+- ``ema_actor_weights_into_reference(rate)``, the same walk over the shards moving the reference towards the actor:
+  θ_ref ← (1 − rate)·θ_ref + rate·θ_actor (``rate=1`` is the copy);
+- ``compute_topk_log_prob`` / ``compute_ref_topk_log_prob`` (verl 0.9.x only), the distribution-level twins of verl's
+  ``compute_log_prob`` / ``compute_ref_log_prob``, with the same dispatch: per response token the model's top-k ids
+  and log-probs, or the log-probs at given ids (:mod:`treetune_verl.distribution_pass`).
+
+A recipe maps its actor role to this class in its TaskRunner's ``add_actor_rollout_worker``.
 """
 
 from __future__ import annotations
 
 import torch
-from verl.single_controller.base.decorator import Dispatch, register
+from tensordict import TensorDict
+from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
+from verl.utils import tensordict_utils as tu
 from verl.workers.engine_workers import ActorRolloutRefWorker
+
+from treetune_verl.distribution_pass import topk_log_probs_from_request
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
@@ -35,16 +47,19 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def copy_parameters(source: torch.nn.Module, target: torch.nn.Module) -> int:
-    """Copy every parameter of ``source`` into the same-named parameter of ``target`` (local shards).
+def copy_parameters(source: torch.nn.Module, target: torch.nn.Module, rate: float = 1.0) -> int:
+    """Move every parameter of ``target`` to the same-named parameter of ``source`` (local shards):
+    ``target ← (1 − rate)·target + rate·source``; ``rate=1`` (the default) copies exactly.
 
     Returns:
-        The number of parameters copied.
+        The number of parameters updated.
 
     Raises:
-        ValueError: if the two modules' parameter names or local shard shapes differ (different models or
-            different sharding), before anything is copied.
+        ValueError: if ``rate`` is outside (0, 1], or the two modules' parameter names or local shard shapes differ
+            (different models or different sharding), before anything is changed.
     """
+    if not 0.0 < rate <= 1.0:
+        raise ValueError(f"the reference update rate must be in (0, 1], got {rate}")
     source_params, target_params = dict(source.named_parameters()), dict(target.named_parameters())
     if source_params.keys() != target_params.keys():
         differ = sorted(source_params.keys() ^ target_params.keys())
@@ -54,21 +69,58 @@ def copy_parameters(source: torch.nn.Module, target: torch.nn.Module) -> int:
     if mismatched:
         raise ValueError(f"actor and reference shards differ in shape (different sharding?): {mismatched}")
     for name, param in source_params.items():
-        _local(target_params[name]).copy_(_local(param))
+        target_shard = _local(target_params[name])
+        if rate == 1.0:
+            target_shard.copy_(_local(param))
+        else:
+            target_shard.lerp_(_local(param).to(device=target_shard.device, dtype=target_shard.dtype), rate)
     return len(source_params)
 
 
 class RefreshableReferenceWorker(ActorRolloutRefWorker):
-    """``ActorRolloutRefWorker`` whose reference model can be overwritten with the actor's weights."""
+    """``ActorRolloutRefWorker`` whose reference model can take the actor's weights, with top-k scoring passes."""
 
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def copy_actor_weights_to_reference(self) -> int:
-        """Overwrite the reference's parameters with the actor's (every rank, its own shards); returns the count."""
+    def _update_reference(self, rate: float, caller: str) -> int:
         # SYNC WARNING: verl/workers/engine_workers.py:ActorRolloutRefWorker.init_model (self.actor and self.ref are
         # TrainingWorkers; their engine's .module is the FSDP-wrapped model)
         if self.ref is None or self.actor is None:
             raise RuntimeError(
-                "copy_actor_weights_to_reference needs the reference inside this worker (role actor_rollout_ref: a KL "
-                "term on, no LoRA); this worker has role " + repr(self.role)
+                f"{caller} needs the reference inside this worker (role actor_rollout_ref: a KL term on, no LoRA); "
+                "this worker has role " + repr(self.role)
             )
-        return copy_parameters(self.actor.engine.module, self.ref.engine.module)
+        return copy_parameters(self.actor.engine.module, self.ref.engine.module, rate=rate)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def copy_actor_weights_to_reference(self) -> int:
+        """Overwrite the reference's parameters with the actor's (every rank, its own shards); returns the count."""
+        return self._update_reference(1.0, "copy_actor_weights_to_reference")
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def ema_actor_weights_into_reference(self, rate: float) -> int:
+        """θ_ref ← (1 − rate)·θ_ref + rate·θ_actor on every rank's shards, ``rate`` in (0, 1]; returns the count."""
+        return self._update_reference(float(rate), "ema_actor_weights_into_reference")
+
+    def _with_routing_replay(self, data: TensorDict, enabled: bool) -> None:
+        # SYNC WARNING: verl/workers/engine_workers.py:_with_routing_replay_flag (0.9.1 l.62-74: what verl's
+        # compute_log_prob (enabled) and compute_ref_log_prob (disabled) add to their request)
+        if getattr(self, "enable_routing_replay", False):
+            tu.assign_non_tensor_data(data, "enable_routing_replay", enabled)
+
+    # SYNC WARNING: verl/workers/engine_workers.py:ActorRolloutRefWorker.compute_log_prob (0.9.1 l.700-706, mesh
+    # "actor") and compute_ref_log_prob (0.9.1 l.693-698, mesh "ref"): the same dispatch and output handling.
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
+    def compute_topk_log_prob(self, data: TensorDict) -> TensorDict:
+        """The actor's old-log-prob pass plus ``topk_ids`` / ``topk_log_probs [B, T, k]`` (request keys:
+        ``treetune_verl.distribution_pass.TOPK_K`` and optionally ``TOPK_IDS``)."""
+        self._with_routing_replay(data, True)
+        output = topk_log_probs_from_request(self.actor, data)
+        return output.cpu() if output is not None else None
+
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="ref"))
+    def compute_ref_topk_log_prob(self, data: TensorDict) -> TensorDict:
+        """The reference's pass of :meth:`compute_topk_log_prob`."""
+        if self.ref is None:
+            raise RuntimeError(f"compute_ref_topk_log_prob needs the reference inside this worker; role {self.role!r}")
+        self._with_routing_replay(data, False)
+        output = topk_log_probs_from_request(self.ref, data)
+        return output.cpu() if output is not None else None
