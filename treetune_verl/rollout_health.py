@@ -387,6 +387,18 @@ def mismatch_metrics(batch) -> dict[str, float] | None:
 # ------------------------------------------------------------------------------------------------------------ mixin
 
 
+def truncated_sampling(config: Any) -> str:
+    """``"top_k=20, top_p=0.95"`` when the run's rollout samples with top-k or top-p truncation, else ``""``."""
+    rollout = ((config.get("actor_rollout_ref") or {}).get("rollout")) or {}
+    top_k, top_p = rollout.get("top_k", -1), rollout.get("top_p", 1.0)
+    parts = []
+    if top_k is not None and int(top_k) > 0:
+        parts.append(f"top_k={int(top_k)}")
+    if top_p is not None and float(top_p) < 1.0:
+        parts.append(f"top_p={float(top_p)}")
+    return ", ".join(parts)
+
+
 class RolloutHealthMixin:
     """Mix into a ``RayPPOTrainer`` subclass (before it): every step's rollout-vs-trainer mismatch is checked.
 
@@ -400,11 +412,24 @@ class RolloutHealthMixin:
         super().__init__(*args, **kwargs)
         configured = RolloutHealthConfig.from_run_config(self.config)
         device = (self.config.get("trainer") or {}).get("device", "cuda")
-        self.rollout_health = RolloutHealthMonitor(configured.on_device(device))
+        in_force = configured.on_device(device)
+        truncation = truncated_sampling(self.config)
+        if truncation and configured.enabled:
+            # The rollout's log-probs are of the truncated distribution it sampled from (verl's processed_logprobs),
+            # the trainer's of the whole one: the mismatch measures the truncation, by design of the sampling.
+            in_force = replace(in_force, stop_kl=None, stop_probs_diff=None, max_consecutive_warnings=None)
+        self.rollout_health = RolloutHealthMonitor(in_force)
         self._rollout_health_decision: HealthDecision | None = None
         self._rollout_health_notices: set[str] = set()
         if not configured.enabled:
             self._rollout_health_notice(f"the rollout-health guard is off ({CONFIG_KEY}.enabled=false).")
+        elif truncation:
+            self._rollout_health_notice(
+                f"the rollout samples a truncated distribution ({truncation}): its log-probs are of that distribution, "
+                "the trainer's of the whole one, so rollout_corr/* and training/rollout_probs_diff_* measure the "
+                "truncation as well as any bug; the guard logs them but never stops this run. A run of the same "
+                "model without truncation (top_k=-1, top_p=1) checks the numerics."
+            )
         elif configured.max_consecutive_warnings and device not in configured.calibrated_devices:
             self._rollout_health_notice(
                 f"trainer.device={device} is not in {CONFIG_KEY}.calibrated_devices: warning steps are logged but "

@@ -40,6 +40,7 @@ from treetune_verl.rollout_health import (
     RolloutMismatchError,
     enforce,
     mismatch_metrics,
+    truncated_sampling,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -427,3 +428,23 @@ def test_disabled_mixin_never_stops(capsys):
 def test_mixin_rejects_an_invalid_block_when_the_trainer_is_built():
     with pytest.raises(ValueError, match="stop_kl"):
         make_guarded(stop_kl=-1)
+
+
+@pytest.mark.parametrize(
+    ("rollout", "said"), [({"top_k": 20, "top_p": 0.95}, "top_k=20, top_p=0.95"), ({"top_p": 0.9}, "top_p=0.9")]
+)
+def test_truncated_sampling_is_logged_but_never_stops_and_says_why(capsys, rollout, said):
+    # The rollout's log-probs are of the truncated distribution it sampled (verl's processed_logprobs), the trainer's
+    # of the whole one: their mismatch is the truncation's, whatever it shows.
+    config = OmegaConf.create({"trainer": {"device": "cpu"}, "actor_rollout_ref": {"rollout": rollout}})
+    trainer = GuardedTrainer(config)
+    assert f"the rollout samples a truncated distribution ({said})" in capsys.readouterr().out
+    metrics = run_step(trainer, 1, synthetic_batch(noise=0.0, shift=3.0))  # a step the guard stops untruncated
+    assert metrics[WARNING_METRIC] == 1.0 and trainer.updates == 1
+    # Control: the same step without truncation (top_k -1 and top_p 1 turn it off) stops.
+    untruncated = OmegaConf.create(
+        {"trainer": {"device": "cpu"}, "actor_rollout_ref": {"rollout": {"top_k": -1, "top_p": 1.0}}}
+    )
+    assert truncated_sampling(untruncated) == ""
+    with pytest.raises(RolloutMismatchError):
+        run_step(GuardedTrainer(untruncated), 1, synthetic_batch(noise=0.0, shift=3.0))
