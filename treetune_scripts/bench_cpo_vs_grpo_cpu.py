@@ -18,7 +18,9 @@ Runs one after the other on the same tiny config (the CPO recipe's, ``platform=c
 (``cpo.hint.rescore=needed``), the hinted pass on the actor (teacher ``policy``); with ``--runs``, also
 ``cpo_initial`` and ``cpo_refreshed``: ``cpo_needed`` with the hinted pass on verl's reference worker (teacher
 ``initial``, and ``refreshed`` from the actor every :data:`BENCH_REFRESH_STEPS` steps, so that the measured steps
-include refreshes). All use dynamic batch sizes (the GPU launch scripts' setting: a pass costs
+include refreshes), and the published peers ``rlsd``, ``opsd``, ``opsd_token`` and ``sdpo`` with their own settings
+(their teacher, sampling and updates per rollout; OPSD's top-k ids per token and SDPO's student top-k pass show as
+parts of the update). All use dynamic batch sizes (the GPU launch scripts' setting: a pass costs
 the tokens it scores) and the ``compute_score_half_correct`` reward, a stand-in for a policy right about half the
 time (the tiny random model never is), so that CPO has rows whose hinted log-probs it does not read. The first
 ``warmup`` steps are dropped. Prints the median step time and its parts side by side (nested parts indented under
@@ -63,6 +65,13 @@ RUNS = {
         f"cpo.teacher_refresh_steps={BENCH_REFRESH_STEPS}",
     ],
 }
+# Each published peer with its own settings (the recipe applies a method's run settings when it is selected).
+RUNS.update(
+    {
+        name: ["algorithm.adv_estimator=cpo", f"cpo.wrap_method={name}"]
+        for name in ("rlsd", "opsd", "opsd_token", "sdpo")
+    }
+)
 DEFAULT_RUNS = "grpo,cpo_all,cpo_needed"
 COMMON_OVERRIDES = [
     "actor_rollout_ref.actor.use_dynamic_bsz=true",  # the rollout and ref log-prob passes follow it by interpolation
@@ -72,6 +81,8 @@ COMMON_OVERRIDES = [
 NESTED_IN = {
     "timing_s/cpo_hint_batch": "timing_s/update_actor",
     "timing_s/cpo_gw_log_prob": "timing_s/update_actor",
+    "timing_s/cpo_teacher_context": "timing_s/update_actor",
+    "timing_s/cpo_student_topk": "timing_s/update_actor",
 }
 HINT_RATIO_TARGET_MARGIN = 0.1
 HINT_FRACTIONS = ("cpo/hint_rows_frac", "cpo/hint_token_ratio")

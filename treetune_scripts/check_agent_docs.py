@@ -508,6 +508,8 @@ def compose_context() -> Context:
     ``ppo_trainer``."""
     from hydra import compose, initialize_config_dir
 
+    import treetune_recipe.cpo.config  # noqa: F401  (registers the cpo block's defaults, which the recipe config lists)
+
     with initialize_config_dir(config_dir=str(REPO_ROOT / "treetune_recipe" / "cpo" / "config"), version_base=None):
         cpo = compose(config_name="cpo_trainer", overrides=["platform=cpu"])
     default_verl_config = verl_release_dir(DEFAULT_VERL_VERSION) / "trainer" / "config"

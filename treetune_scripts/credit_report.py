@@ -16,7 +16,9 @@
 For a few responses per dumped step (``--per-kind`` of each kind: correct / wrong in mixed groups, all-wrong and
 all-correct groups) the page shows the prompt, the hint prompt, the reward and every response token coloured by
 ``δ = gw_log_probs − old_log_probs`` or, switchable, by the advantage change of the run's wrapper (blue > 0, red < 0,
-white 0); hovering a token shows its exact values. No server, no network: inline CSS and a few lines of JS (without
+white 0); hovering a token shows its exact values. A distribution-level method's dump (OPSD, SDPO) has no shaped
+advantage: its second colouring is the method's per-token loss, the hover adds the teacher's most likely ids, and each
+row says whether it had a teacher context. No server, no network: inline CSS and a few lines of JS (without
 JS the page still shows the δ colours and the hover values). Works on any run's dump, CPU or GPU.
 
 Usage::
@@ -56,7 +58,7 @@ function paint(mode) {
       t.style.background = colour(parseFloat(t.dataset[mode]), scale);
     });
   });
-  document.getElementById('mode').textContent = mode === 'delta' ? 'δ = g − o' : 'advantage change (shaped − GRPO)';
+  document.getElementById('mode').textContent = mode === 'delta' ? 'δ = g − o' : 'advantage change or token loss';
   document.getElementById('m-' + mode).checked = true;
 }
 // report.html#adv opens with the advantage-change colouring.
@@ -85,13 +87,24 @@ def _background(value: float, scale: float) -> str:
     return f"rgba(30,100,255,{abs(x):.3f})" if x >= 0 else f"rgba(230,40,40,{abs(x):.3f})"
 
 
+def second_value(row: dict, i: int) -> float:
+    """The second colouring of token ``i``: the wrapper's advantage change, or a distribution-level method's loss."""
+    if "advantage_shaped" in row:
+        return row["advantage_shaped"][i] - row["advantage"][i]
+    return row["token_loss"][i]
+
+
 def _token_span(row: dict, i: int, delta_scale: float) -> str:
-    change = row["advantage_shaped"][i] - row["advantage"][i]
+    change = second_value(row, i)
     title = (
         f"token {i}: {row['tokens'][i]!r}\nδ = {row['delta'][i]:.6f} (g = {row['gw_log_probs'][i]:.6f}, "
-        f"o = {row['old_log_probs'][i]:.6f})\nentropy = {row['entropy'][i]:.6f}\nadvantage {row['advantage'][i]:.6f} "
-        f"-> {row['advantage_shaped'][i]:.6f} (change {change:.6f})"
+        f"o = {row['old_log_probs'][i]:.6f})\nentropy = {row['entropy'][i]:.6f}\n"
     )
+    if "advantage_shaped" in row:
+        title += f"advantage {row['advantage'][i]:.6f} -> {row['advantage_shaped'][i]:.6f} (change {change:.6f})"
+    else:
+        top = ", ".join(f"{text!r} {log_prob:.3f}" for _, text, log_prob in row["teacher_topk"][i])
+        title += f"token loss {change:.6f}\nteacher's top ids: {top}"
     return (
         f'<span class="tok" data-delta="{row["delta"][i]!r}" data-adv="{change!r}" title="{html.escape(title)}" '
         f'style="background:{_background(row["delta"][i], delta_scale)}">{html.escape(row["tokens"][i])}</span>'
@@ -101,18 +114,21 @@ def _token_span(row: dict, i: int, delta_scale: float) -> str:
 def colour_scales(rows: list[dict]) -> tuple[float, float]:
     """Largest |δ| and largest |advantage change| over ``rows`` (one colour scale per step, so rows compare)."""
     deltas = [abs(v) for row in rows for v in row["delta"]]
-    changes = [abs(s - a) for row in rows for s, a in zip(row["advantage_shaped"], row["advantage"])]
+    changes = [abs(second_value(row, i)) for row in rows for i in range(len(row["tokens"]))]
     return max(deltas, default=0.0) or 1e-6, max(changes, default=0.0) or 1e-6
 
 
 def _row_html(row: dict, delta_scale: float, adv_scale: float) -> str:
     spans = "".join(_token_span(row, i, delta_scale) for i in range(len(row["tokens"])))
     verdict = "correct" if row["kind"] in ("mixed_correct", "all_correct") else "wrong"
+    if "has_context" in row:
+        verdict += ", teacher context" if row["has_context"] else ", no teacher context: out of the loss"
     return (
         f'<div class="resp"><div class="meta"><b>{row["kind"]}</b> ({verdict}) · reward {row["reward"]:g} · group '
         f"difficulty {row['difficulty']} · row {row['row']} · uid {html.escape(row['uid'])}</div>"
         f"<details><summary>prompt</summary><div class='prompt'>{html.escape(row['prompt'])}</div></details>"
-        f"<details><summary>hint prompt</summary><div class='prompt'>{html.escape(row['hint_prompt'])}</div></details>"
+        "<details><summary>teacher prompt</summary>"
+        f"<div class='prompt'>{html.escape(row['hint_prompt'])}</div></details>"
         f'<div class="tokens" data-delta-scale="{delta_scale!r}" data-adv-scale="{adv_scale!r}">{spans}</div></div>'
     )
 
@@ -128,7 +144,7 @@ def render_report(dumps: list[dict], per_kind: int = 2, title: str = "CPO token 
             f"<h2>step {dump['step']}</h2><p class='meta'>wrapper <code>{html.escape(dump['wrap_method'])}</code>, "
             f"α⁺ = {dump['pos_alpha']}, α⁻ = {dump['neg_alpha']}; {len(rows)} of {dump['batch_size']} responses; "
             f"entropy: {html.escape(dump['entropy_source'])}; full colour at |δ| = {delta_scale:.3g} and at "
-            f"|advantage change| = {adv_scale:.3g}</p>{body}"
+            f"|advantage change or token loss| = {adv_scale:.3g}</p>{body}"
         )
     return (
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
@@ -139,7 +155,8 @@ def render_report(dumps: list[dict], per_kind: int = 2, title: str = "CPO token 
         "scale per step (given under its title). Hover a token for its exact values.</p>"
         "<p><label><input type='radio' name='m' id='m-delta' checked onclick=\"paint('delta')\"> δ = gw_log_probs − "
         "old_log_probs</label> &nbsp; <label><input type='radio' name='m' id='m-adv' onclick=\"paint('adv')\"> "
-        "advantage change of the wrapper (open the page as report.html#adv to start with it)"
+        "advantage change of the wrapper, or the per-token loss of a distribution-level method (open the page as "
+        "report.html#adv to start with it)"
         "</label></p>" + "".join(sections) + "</body></html>"
     )
 

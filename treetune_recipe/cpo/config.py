@@ -13,56 +13,60 @@
 # limitations under the License.
 """``CPOConfig``: the top-level ``cpo:`` block of the recipe config as one typed object, validated at start-up.
 
-The block is top level because verl's ``ActorConfig`` rejects unknown keys. Defaults are the reference's main run
-(``seq_kl``, λ = 2, α⁺ = 0, α⁻ = 1, all tokens). Its nested blocks are typed too: ``hint`` (``HintConfig``,
-``cpo.hint.*``) and ``credit_dump`` (``CreditDumpConfig``, ``cpo.credit_dump.*``); ``teacher_config``
-(``TeacherConfig``) is the teacher resolved from ``cpo.teacher``, ``cpo.teacher_refresh_steps`` and the wrapper.
+The block is top level because verl's ``ActorConfig`` rejects unknown keys. Its defaults are written once, here: the
+recipe's Hydra config takes them from the ``cpo_defaults`` node that :func:`register_config_defaults` stores from this
+dataclass. The shared knobs are the reference's main run (``seq_kl``, λ = 2, α⁺ = 0, α⁻ = 1, all tokens); nested
+typed blocks: ``hint`` (``HintConfig``), ``credit_dump`` (``CreditDumpConfig``) and one block per method with knobs
+of its own (``cpo.<method>.*``, the method's ``knobs`` dataclass, added from the method registry: this module names no
+method). ``teacher_config`` (``TeacherConfig``) is the teacher resolved from ``cpo.teacher`` and the method.
 :meth:`CPOConfig.from_config` builds the whole object with ``treetune_verl.config_block.dataclass_from_block`` (an
-unknown key at any level is one error naming the valid ones); the recipe's preflight builds it on the driver before
-Ray starts and the trainer once in its ``__init__``. The object is sent to the workers inside the loss partial, so
-it stays a plain picklable dataclass.
+unknown key at any level is one error naming the valid ones; a renamed key is translated, with a note). The driver
+builds it once before Ray (``preflight.check_cpo_run``) and writes it back into the run config, which Ray hands to
+the trainer; the object travels to the workers inside the loss partial, so it stays a plain picklable dataclass.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from treetune_recipe.cpo.cpo_advantage_wrappers import CPO_WRAPPERS
 from treetune_recipe.cpo.cpo_core_algos import DIFFICULTY_MODES, LOSS_POSITIONS
 from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig
 from treetune_recipe.cpo.cpo_hint import HintConfig
-from treetune_verl.config_block import check_block_overrides, dataclass_from_block
+from treetune_recipe.cpo.methods import Method, all_methods, get_method
+from treetune_verl.config_block import block_keys, check_block_overrides, dataclass_from_block
 
-#: Teachers of the hinted pass, i.e. whose log-probs of the response under the hint prompt ``gw_log_probs`` are:
+#: Teachers of the hinted pass, i.e. whose distribution of the response under the hint prompt the method reads:
 #: ``policy``: the rollout policy, scored by the actor (moves with the student every step; CPO's own reference);
 #: ``initial``: the model the run started from, held fixed (verl's reference-policy worker, or the actor without its
 #: LoRA adapter when the reference lives in the actor); ``refreshed``: the reference worker, overwritten with the
-#: actor's weights after every ``teacher_refresh_steps`` steps.
-TEACHERS = ("policy", "initial", "refreshed")
-#: The teacher each published peer runs with in its authors' code (``cpo.teacher: null``); every other wrapper: policy.
-#: RLSD (``iie-ycx/RLSD``): a frozen reference refreshed from the actor every 20 steps. OPSD (``siyan-zhao/OPSD``): the
-#: fixed initial policy, the setting its README recommends.
-PUBLISHED_TEACHERS = {"rlsd": "refreshed", "opsd_token": "initial"}
+#: actor's weights after every ``teacher_refresh_steps`` steps; ``ema``: the reference worker, moved towards the actor
+#: after every update, θ_T ← (1-τ)·θ_T + τ·θ, τ = ``teacher_ema_rate``.
+TEACHERS = ("policy", "initial", "refreshed", "ema")
 #: Teachers scored by verl's reference-policy worker (it must exist: ``actor_rollout_ref.actor.use_kl_loss=true``).
-REFERENCE_TEACHERS = ("initial", "refreshed")
+REFERENCE_TEACHERS = ("initial", "refreshed", "ema")
+#: Teachers whose weights the trainer changes (overwrites or averages): the reference must be a model of its own.
+CHANGING_TEACHERS = ("refreshed", "ema")
 
 
 @dataclass(frozen=True)
 class TeacherConfig:
-    """The teacher of the hinted pass, resolved (built by ``CPOConfig`` from ``cpo.teacher``,
-    ``cpo.teacher_refresh_steps`` and ``cpo.wrap_method``; the two keys stay top-level ``cpo`` keys).
+    """The teacher of the hinted pass, resolved (built by ``CPOConfig`` from ``cpo.teacher``, its rate keys and the
+    method's published teacher).
 
     Attributes:
-        name: ``policy``, ``initial`` or ``refreshed`` (see :data:`TEACHERS`).
+        name: one of :data:`TEACHERS`.
         source: ``cpo.teacher`` when set, else ``published setting of <wrap_method>``.
         refresh_steps: ``refreshed``: the reference takes the actor's weights after every this many updates.
+        ema_rate: ``ema``: τ of θ_T ← (1-τ)·θ_T + τ·θ after every update.
     """
 
     name: str
     source: str
     refresh_steps: int
+    ema_rate: float
 
     @property
     def on_reference_worker(self) -> bool:
@@ -80,17 +84,19 @@ class TeacherConfig:
             "policy": "the actor, with the rollout policy's weights",
             "initial": "the reference worker, the starting model held fixed",
             "refreshed": f"the reference worker, given the actor's weights every {self.refresh_steps} steps",
+            "ema": f"the reference worker, moved towards the actor by τ = {self.ema_rate} after every update",
         }[self.name]
         return f"{self.source}; scored by {scorer}"
 
 
 @dataclass
-class CPOConfig:
-    """CPO knobs (``cpo.*``). Each wrapper's docstring (``cpo_advantage_wrappers.py``) is its formula."""
+class _SharedKnobs:
+    """CPO knobs (``cpo.*``) shared by every method. Each wrapper's docstring (``cpo_advantage_wrappers.py``) is its
+    formula; a method's own knobs are its block ``cpo.<method>.*``."""
 
     wrap_method: str = field(
         default="seq_kl",
-        metadata={"help": f"Advantage wrapper applied in the actor loss. One of: {', '.join(CPO_WRAPPERS)}."},
+        metadata={"help": "The method: one of the registered methods (treetune_recipe/cpo/methods.py)."},
     )
     cpo_lambda: float = field(
         default=2.0,
@@ -119,34 +125,23 @@ class CPOConfig:
             "the reference fork computed (reproduces its runs)."
         },
     )
-    rlsd_lambda: float = field(
-        default=0.5,
-        metadata={"help": "λ of rlsd, in [0, 1]: Â = A·((1-λ) + λ·clip(exp(sign(A)·δ), 1-ε, 1+ε)); 0 gives GRPO."},
-    )
-    rlsd_clip: float = field(
-        default=0.2,
-        metadata={"help": "ε of rlsd, in [0, 1): the token weight exp(sign(A)·δ) is clipped to [1-ε, 1+ε]."},
-    )
-    rlsd_lambda_decay_steps: int = field(
-        default=60,
-        metadata={
-            "help": "rlsd's λ falls linearly from rlsd_lambda at step 0 to 0 at this step (λ_t = λ·max(0, 1 - t/D), "
-            "as RLSD's official trainer); 0 keeps λ constant."
-        },
-    )
     teacher: str | None = field(
         default=None,
         metadata={
-            "help": f"Whose log-probs the hinted pass reads (gw_log_probs): one of {', '.join(TEACHERS)}; null = the "
-            "method's published setting (PUBLISHED_TEACHERS; policy for the CPO wrappers)."
+            "help": f"Whose distribution the hinted pass reads: one of {', '.join(TEACHERS)}; null = the method's "
+            "published teacher (Method.published_teacher; policy for the CPO wrappers)."
         },
     )
     teacher_refresh_steps: int = field(
         default=20,
         metadata={
             "help": "teacher=refreshed: the reference weights are overwritten with the actor's after every this many "
-            "steps (RLSD's official interval)."
+            "updates (RLSD's official interval)."
         },
+    )
+    teacher_ema_rate: float = field(
+        default=0.05,
+        metadata={"help": "teacher=ema: τ in (0, 1] of θ_T ← (1-τ)·θ_T + τ·θ after every update (SDPO's default)."},
     )
     success_value: float = field(
         default=1.0,
@@ -164,73 +159,198 @@ class CPOConfig:
         init=False,
         repr=False,
         compare=False,
-        metadata={"help": "The resolved teacher (from teacher, teacher_refresh_steps and wrap_method); not a key."},
+        metadata={"help": "The resolved teacher (from teacher, its rate keys and wrap_method); not a key."},
     )
 
     def __post_init__(self):
-        _check_choice("wrap_method", self.wrap_method, CPO_WRAPPERS)
+        _check_choice("wrap_method", self.wrap_method, all_methods())
         _check_choice("loss_position", self.loss_position, LOSS_POSITIONS)
         _check_choice("difficulty_mode", self.difficulty_mode, DIFFICULTY_MODES)
-        for name in ("cpo_lambda", "pos_alpha", "neg_alpha", "rlsd_lambda", "rlsd_clip", "success_value"):
+        for name in ("cpo_lambda", "pos_alpha", "neg_alpha", "success_value", "teacher_ema_rate"):
             nullable = name in ("pos_alpha", "neg_alpha")
             setattr(self, name, _finite_float(name, getattr(self, name), nullable=nullable))
         if self.cpo_lambda <= 1:
             raise ValueError(f"cpo.cpo_lambda must be > 1 (ratio band [1/λ, λ]), got {self.cpo_lambda}.")
-        if not 0 <= self.rlsd_lambda <= 1:
-            raise ValueError(
-                f"cpo.rlsd_lambda must lie in [0, 1] (a mix of 1 and the clipped weight), got {self.rlsd_lambda}."
-            )
-        if not 0 <= self.rlsd_clip < 1:
-            raise ValueError(
-                f"cpo.rlsd_clip must lie in [0, 1) (weights in [1-ε, 1+ε] stay positive), got {self.rlsd_clip}."
-            )
+        if not 0 < self.teacher_ema_rate <= 1:
+            raise ValueError(f"cpo.teacher_ema_rate must lie in (0, 1], got {self.teacher_ema_rate}.")
         if self.teacher is not None:
             _check_choice("teacher", self.teacher, TEACHERS)
-        for name, low in (("rlsd_lambda_decay_steps", 0), ("teacher_refresh_steps", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"cpo.{name} must be an integer >= {low}, got {value!r}.")
-        for name, block in (("hint", HintConfig), ("credit_dump", CreditDumpConfig)):
-            if not isinstance(getattr(self, name), block):
+        steps = self.teacher_refresh_steps
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"cpo.teacher_refresh_steps must be an integer >= 1, got {steps!r}.")
+        for name, value in self.blocks().items():
+            expected = dict(_block_types())[name]
+            if not isinstance(value, expected):
                 raise ValueError(
-                    f"cpo.{name} must be a {block.__name__}, got {getattr(self, name)!r}; build the whole block with "
+                    f"cpo.{name} must be a {expected.__name__}, got {value!r}; build the whole block with "
                     "CPOConfig.from_config."
                 )
-        # cpo.teacher, or the wrapper's published teacher when it is null (PUBLISHED_TEACHERS, else policy).
+        published = self.method.published_teacher
         self.teacher_config = TeacherConfig(
-            name=self.teacher or PUBLISHED_TEACHERS.get(self.wrap_method, "policy"),
+            name=self.teacher or published,
             source="cpo.teacher" if self.teacher else f"published setting of {self.wrap_method}",
             refresh_steps=self.teacher_refresh_steps,
+            ema_rate=self.teacher_ema_rate,
         )
 
-    def rlsd_lambda_at(self, step: int) -> float:
-        """λ of ``rlsd`` at trainer step ``step`` (1-based): λ_t = λ·max(0, 1 - t/D), D = ``rlsd_lambda_decay_steps``;
-        D = 0: λ_t = λ. RLSD's official trainer decays it the same way (no warm-up)."""
-        if self.rlsd_lambda_decay_steps == 0:
-            return self.rlsd_lambda
-        return self.rlsd_lambda * max(0.0, 1.0 - step / self.rlsd_lambda_decay_steps)
+    @property
+    def method(self) -> Method:
+        """The selected method (``cpo.wrap_method``)."""
+        return get_method(self.wrap_method)
+
+    @property
+    def knobs(self) -> Any:
+        """The selected method's own block (``cpo.<wrap_method>``), or None when it has no knobs."""
+        return getattr(self, self.wrap_method) if self.method.knobs is not None else None
+
+    def blocks(self) -> dict[str, Any]:
+        """Every nested block, by key."""
+        return {name: getattr(self, name) for name, _ in _block_types()}
+
+    def at_step(self, step: int) -> tuple[CPOConfig, dict[str, float]]:
+        """This config with the method's knobs of training step ``step`` (its schedule), and the schedule's metrics."""
+        if self.method.schedule is None:
+            return self, {}
+        knobs, metrics = self.method.step_knobs(self.knobs, step)
+        return dataclasses.replace(self, **{self.wrap_method: knobs}), metrics
+
+    def to_block(self) -> dict[str, Any]:
+        """The plain ``cpo`` block of this object (every key, nested blocks as mappings): what the driver hands on."""
+        return _plain(self)
 
     @classmethod
     def from_config(cls, config: Any = None) -> CPOConfig:
         """Build from the ``cpo`` block and its nested blocks: an OmegaConf node (interpolations resolved), a plain
-        mapping, or None (all defaults).
+        mapping, or None (all defaults). A renamed key (a method's alias) is moved to its new place, with a note.
 
         Raises:
             ValueError: one line, on an unknown key at any level (naming the valid ones) or an invalid value.
         """
+        if config is not None and not isinstance(config, cls):
+            from omegaconf import DictConfig, OmegaConf
+
+            if isinstance(config, DictConfig):
+                config = OmegaConf.to_container(config, resolve=True)
+            if isinstance(config, dict):
+                config = _translate_alias_keys(config)
         return dataclass_from_block(cls, config, "cpo")
 
 
-def check_cpo_overrides(overrides: list[str]) -> None:
+def _block_types() -> list[tuple[str, type]]:
+    blocks = [("hint", HintConfig), ("credit_dump", CreditDumpConfig)]
+    return blocks + [(name, method.knobs) for name, method in all_methods().items() if method.knobs is not None]
+
+
+def _method_fields() -> list[tuple[str, type, Any]]:
+    """One nested block per registered method with knobs: ``cpo.<method>.*``, typed by its knobs dataclass."""
+    return [
+        (
+            name,
+            method.knobs,
+            field(default_factory=method.knobs, metadata={"help": f"Knobs of {name} (cpo.{name}.*; {method.family})."}),
+        )
+        for name, method in all_methods().items()
+        if method.knobs is not None
+    ]
+
+
+CPOConfig = dataclasses.make_dataclass("CPOConfig", _method_fields(), bases=(_SharedKnobs,))
+CPOConfig.__module__ = __name__
+CPOConfig.__doc__ = (
+    "CPO knobs (``cpo.*``): the shared ones of :class:`_SharedKnobs` and one typed block per method with knobs of its "
+    "own (``cpo.<method>.*``)."
+)
+
+
+def method_aliases() -> dict[str, str]:
+    """Renamed ``cpo.*`` keys: old dotted key -> new dotted key (``rlsd_lambda`` -> ``rlsd.mix_lambda``)."""
+    return {old: f"{name}.{new}" for name, method in all_methods().items() for old, new in method.aliases.items()}
+
+
+def _translate_alias_keys(block: dict) -> dict:
+    block = dict(block)
+    for old, new in method_aliases().items():
+        if old in block:
+            value = block.pop(old)
+            name, key = new.split(".")
+            print(f"[cpo] cpo.{old} is now cpo.{new}; using {value!r} there.")
+            block[name] = {**dict(block.get(name) or {}), key: value}
+    return block
+
+
+def translate_alias_overrides(overrides: list[str]) -> list[str]:
+    """Command-line overrides with every renamed ``cpo.<old>`` key replaced by its new key, each with a note."""
+    aliases = method_aliases()
+    translated = []
+    for text in overrides:
+        prefix = text[: len(text) - len(text.lstrip("+~"))]
+        key, sep, value = text[len(prefix) :].partition("=")
+        old = key.removeprefix("cpo.")
+        if key.startswith("cpo.") and old in aliases:
+            print(f"[cpo] {key} is now cpo.{aliases[old]}; using the value there.")
+            text = f"{prefix}cpo.{aliases[old]}{sep}{value}"
+        translated.append(text)
+    return translated
+
+
+def config_defaults() -> dict[str, Any]:
+    """The ``cpo`` block of defaults, every key, as the recipe config composes it."""
+    return _plain(CPOConfig())
+
+
+def register_config_defaults() -> None:
+    """Store the ``cpo`` defaults in Hydra's ConfigStore as ``cpo_defaults``, which ``cpo_trainer.yaml`` lists in its
+    defaults: the recipe config writes none of them itself."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="cpo_defaults", node={"cpo": config_defaults()})
+
+
+def apply_method_run_settings(config, user_overrides: list[str]) -> list[str]:
+    """Apply the selected method's published run settings outside ``cpo.*`` (``Method.run_settings``) to the composed
+    ``config``, except a key the user overrode (the user wins). Returns the settings applied, for the log."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf, open_dict
+
+    if config.algorithm.adv_estimator != "cpo":
+        return []
+    method = get_method(config.cpo.wrap_method)
+    user_keys = {text.lstrip("+~").partition("=")[0] for text in user_overrides}
+    parser = OverridesParser.create()
+    applied = []
+    for text in method.run_settings:
+        override = parser.parse_override(text)
+        if override.key_or_group in user_keys:
+            continue
+        with open_dict(config):
+            OmegaConf.update(config, override.key_or_group, override.value(), merge=True)
+        applied.append(text)
+    return applied
+
+
+def _plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        return {name: _plain(getattr(obj, name)) for name in block_keys(type(obj))}
+    if isinstance(obj, tuple | list):
+        return [_plain(item) for item in obj]
+    return obj
+
+
+def check_cpo_overrides(overrides: list[str]) -> list[str]:
     """Stop with one line on a command-line override of the ``cpo`` block that ``CPOConfig`` would refuse, before
     Hydra composes: an unknown key (Hydra's own answer to ``cpo.x=1`` is a struct error, and ``+cpo.x=1`` composes
     silently) or an invalid value (``cpo.teacher=x``). Arguments that are no overrides (``-m``, ``--config-name``)
     and overrides of other blocks are ignored.
 
+    Returns:
+        ``overrides`` with every renamed key translated (:func:`translate_alias_overrides`), to hand to Hydra.
+
     Raises:
         PreflightError: naming the override and the block's valid keys, or the key's valid values.
     """
+    overrides = translate_alias_overrides(list(overrides))
     check_block_overrides([arg for arg in overrides if not arg.startswith("-")], "cpo", CPOConfig)
+    return overrides
 
 
 def _check_choice(name: str, value: str, valid) -> None:
@@ -246,3 +366,6 @@ def _finite_float(name: str, value: Any, nullable: bool) -> float | None:
     if not math.isfinite(value):
         raise ValueError(f"cpo.{name} must be finite, got {value}.")
     return float(value)
+
+
+register_config_defaults()

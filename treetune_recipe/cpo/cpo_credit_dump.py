@@ -31,6 +31,12 @@ listed steps: with ``steps: []`` (default) nothing runs. Each file is written wh
 renamed); a step trained again after a resume (``treetune_verl.run_folder``) writes its file again, so the folder holds
 one file per step, matching the step the metrics file logs. ``treetune_scripts/credit_report.py`` turns the files into
 one HTML page.
+
+A distribution-level method (OPSD, SDPO) has no shaped advantage: its rows hold instead the teacher's prompt (its
+context), whether the row has one (``has_context``; a row without one is out of the loss), the teacher's
+:data:`TOPK_SHOWN` most likely ids of each token (among the step's top-k ids) as ``[id, text, log-prob]``, and the
+method's per-token loss ``token_loss`` at the old policy (the student's log-probs at the same ids come from the
+extra pass, which scores them beside the entropy).
 """
 
 from __future__ import annotations
@@ -45,10 +51,13 @@ from typing import Any
 import torch
 
 from treetune_recipe.cpo.cpo_advantage_wrappers import get_cpo_wrapper
+from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, TEACHER_TOPK_LOG_PROBS, TOPK_IDS
 from treetune_verl.config_block import dataclass_from_block
 from treetune_verl.second_log_prob import score_batch
 
 #: Row kinds, in the order rows are picked round-robin (difficulty label, correct?).
+#: Teacher ids shown per token in a distribution-level dump (the most likely among the step's top-k ids).
+TOPK_SHOWN = 5
 ROW_KINDS = {"mixed_correct": (0, True), "mixed_wrong": (0, False), "all_wrong": (-1, False), "all_correct": (1, True)}
 DUMP_VERSION = 1
 
@@ -106,7 +115,16 @@ def _prompt_ids(prompt_ids: torch.Tensor, attention: torch.Tensor) -> list[int]:
     return prompt_ids[attention.bool()].tolist()
 
 
-def build_dump(batch, hint_batch, entropy: torch.Tensor, tokenizer, cpo_config, step: int, max_rows: int) -> dict:
+def build_dump(
+    batch,
+    hint_batch,
+    entropy: torch.Tensor,
+    tokenizer,
+    cpo_config,
+    step: int,
+    max_rows: int,
+    student_topk: torch.Tensor | None = None,
+) -> dict:
     """The dump of one step as a JSON-ready dict (see the module docstring).
 
     Args:
@@ -119,6 +137,8 @@ def build_dump(batch, hint_batch, entropy: torch.Tensor, tokenizer, cpo_config, 
         cpo_config: the run's ``CPOConfig``.
         step: the training step.
         max_rows: rows kept (see :func:`select_rows`).
+        student_topk: a distribution-level method's ``[B, T, k]`` student log-probs at the batch's top-k ids (the
+            old policy's); the batch then also holds the top-k keys of ``cpo_loss``.
     """
     tensors = batch.batch
     mask = tensors["response_mask"].bool()
@@ -127,16 +147,21 @@ def build_dump(batch, hint_batch, entropy: torch.Tensor, tokenizer, cpo_config, 
         tensors["old_log_probs"].float(),
         tensors["gw_log_probs"].float(),
     )
-    shaped = get_cpo_wrapper(cpo_config.wrap_method)(
-        advantages,
-        gw_log_probs=gw,
-        old_log_probs=old,
-        entropy=entropy.float(),
-        response_mask=tensors["response_mask"],
-        seq_rewards=tensors["seq_rewards"],
-        difficulty=tensors["difficulty"],
-        cfg=cpo_config,
-    )
+    method = cpo_config.method
+    if method.distribution_level:
+        token_loss = method.token_loss(student_topk.float(), tensors[TEACHER_TOPK_LOG_PROBS].float(), cpo_config.knobs)
+        shaped = None
+    else:
+        shaped = get_cpo_wrapper(cpo_config.wrap_method)(
+            advantages,
+            gw_log_probs=gw,
+            old_log_probs=old,
+            entropy=entropy.float(),
+            response_mask=tensors["response_mask"],
+            seq_rewards=tensors["seq_rewards"],
+            difficulty=tensors["difficulty"],
+            cfg=cpo_config,
+        )
     correct = tensors["seq_rewards"] == cpo_config.success_value
     prompt_width = tensors["prompts"].shape[1]
     hint_width = hint_batch.batch["prompts"].shape[1]
@@ -152,28 +177,30 @@ def build_dump(batch, hint_batch, entropy: torch.Tensor, tokenizer, cpo_config, 
         def values(matrix: torch.Tensor, row: int = row, valid: torch.Tensor = valid) -> list[float]:
             return [round(float(value), 6) for value in matrix[row][valid]]
 
-        rows.append(
-            {
-                "row": row,
-                "uid": str(batch.non_tensor_batch["uid"][row]) if "uid" in batch.non_tensor_batch else str(row),
-                "kind": _row_kind(int(tensors["difficulty"][row]), bool(correct[row])),
-                "difficulty": int(tensors["difficulty"][row]),
-                "reward": float(tensors["seq_rewards"][row]),
-                "prompt": tokenizer.decode(prompt_ids, skip_special_tokens=False),
-                "hint_prompt": tokenizer.decode(hint_prompt_ids, skip_special_tokens=False),
-                "tokens": [tokenizer.decode([token_id], skip_special_tokens=False) for token_id in token_ids],
-                # Token ids, so that a dump can be re-scored exactly (the numerics e2e test does it).
-                "token_ids": token_ids,
-                "prompt_ids": prompt_ids,
-                "hint_prompt_ids": hint_prompt_ids,
-                "old_log_probs": values(old),
-                "gw_log_probs": values(gw),
-                "delta": values(gw - old),
-                "entropy": values(entropy.float()),
-                "advantage": values(advantages),
-                "advantage_shaped": values(shaped),
-            }
-        )
+        record = {
+            "row": row,
+            "uid": str(batch.non_tensor_batch["uid"][row]) if "uid" in batch.non_tensor_batch else str(row),
+            "kind": _row_kind(int(tensors["difficulty"][row]), bool(correct[row])),
+            "difficulty": int(tensors["difficulty"][row]),
+            "reward": float(tensors["seq_rewards"][row]),
+            "prompt": tokenizer.decode(prompt_ids, skip_special_tokens=False),
+            "hint_prompt": tokenizer.decode(hint_prompt_ids, skip_special_tokens=False),
+            "tokens": [tokenizer.decode([token_id], skip_special_tokens=False) for token_id in token_ids],
+            # Token ids, so that a dump can be re-scored exactly (the numerics e2e test does it).
+            "token_ids": token_ids,
+            "prompt_ids": prompt_ids,
+            "hint_prompt_ids": hint_prompt_ids,
+            "old_log_probs": values(old),
+            "gw_log_probs": values(gw),
+            "delta": values(gw - old),
+            "entropy": values(entropy.float()),
+            "advantage": values(advantages),
+        }
+        if shaped is not None:
+            record["advantage_shaped"] = values(shaped)
+        else:
+            record.update(_distribution_record(tensors, row, valid, token_loss, tokenizer))
+        rows.append(record)
     return {
         "version": DUMP_VERSION,
         "step": step,
@@ -188,6 +215,23 @@ def build_dump(batch, hint_batch, entropy: torch.Tensor, tokenizer, cpo_config, 
     }
 
 
+def _distribution_record(tensors, row: int, valid: torch.Tensor, token_loss: torch.Tensor, tokenizer) -> dict:
+    """A distribution-level row's own columns: its context flag, per-token loss and the teacher's top ids."""
+    ids, teacher = tensors[TOPK_IDS][row][valid], tensors[TEACHER_TOPK_LOG_PROBS][row][valid].float()
+    shown = teacher.topk(min(TOPK_SHOWN, teacher.shape[-1]), dim=-1)
+    return {
+        "has_context": bool(tensors[CONTEXT_MASK][row]),
+        "token_loss": [round(float(value), 6) for value in token_loss[row][valid]],
+        "teacher_topk": [
+            [
+                [int(token_ids[j]), tokenizer.decode([int(token_ids[j])]), round(float(lp), 6)]
+                for j, lp in zip(order, log_probs)
+            ]
+            for token_ids, order, log_probs in zip(ids, shown.indices, shown.values)
+        ],
+    }
+
+
 def maybe_dump_credit(trainer, batch, hint_batch, cpo_config) -> Path | None:
     """The trainer hook: at a listed step, write ``step_<N>.json`` shaped with ``cpo_config``, the knobs of the step
     (RLSD's decayed λ included); otherwise return at once (no work)."""
@@ -196,8 +240,13 @@ def maybe_dump_credit(trainer, batch, hint_batch, cpo_config) -> Path | None:
     if step not in dump_config.steps:
         return None
     # The old policy's entropy on the plain batch: the actor's second pass of the step, as its old-log-prob pass.
-    entropy = score_batch(trainer, batch, on="actor", entropy=True).entropy.to(batch.batch["response_mask"].device)
-    dump = build_dump(batch, hint_batch, entropy, trainer.tokenizer, cpo_config, step, dump_config.max_rows)
+    # A distribution-level method: the same pass also scores the step's top-k ids (the student's side of its loss).
+    topk = {"topk_ids": batch.batch[TOPK_IDS]} if cpo_config.method.distribution_level else {}
+    scores = score_batch(trainer, batch, on="actor", entropy=True, **topk)
+    entropy = scores.entropy.to(batch.batch["response_mask"].device)
+    dump = build_dump(
+        batch, hint_batch, entropy, trainer.tokenizer, cpo_config, step, dump_config.max_rows, scores.topk_log_probs
+    )
     out_dir = dump_config.output_dir(trainer.config.trainer.default_local_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"step_{step}.json"

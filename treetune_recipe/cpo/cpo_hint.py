@@ -165,7 +165,7 @@ class HintConfig:
         return dataclasses.replace(self, max_prompt_length=int(data_max_prompt_length) + self.max_prompt_length_margin)
 
 
-def _plain(config: Any) -> Any:
+def plain_mapping(config: Any) -> Any:
     """OmegaConf nodes -> plain containers (resolved); anything else unchanged."""
     return OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else config
 
@@ -237,10 +237,10 @@ def build_hint_batch(
 
     # Only as wide as the longest prompt: padding columns would cost memory and transfer, and compute where the actor
     # does not unpad.
-    group_prompts, group_lengths = _left_pad(group_ids, max(map(len, group_ids)), pad_id)
+    group_prompts, group_lengths = left_pad(group_ids, max(map(len, group_ids)), pad_id)
     row_index = torch.as_tensor(row_to_group)
     hint_prompt_len = group_lengths[row_index]
-    tensors = _assemble_rows(batch, group_prompts.index_select(0, row_index), hint_prompt_len)
+    tensors = assemble_rows(batch, group_prompts.index_select(0, row_index), hint_prompt_len)
     row_missing = groups.missing[row_to_group]
     meta_info = dict(batch.meta_info)
     # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer.fit (global_token_num = per-row attention sums)
@@ -347,7 +347,7 @@ class _HintRenderer:
     def __init__(self, tokenizer, config: HintConfig, chat_template_kwargs: Mapping[str, Any] | None):
         self.tokenizer = tokenizer
         self.config = config
-        self.template_kwargs = dict(_plain(chat_template_kwargs) or {})
+        self.template_kwargs = dict(plain_mapping(chat_template_kwargs) or {})
         if config.enable_thinking is not None:
             self.template_kwargs["enable_thinking"] = config.enable_thinking
         self.has_chat_template = bool(getattr(tokenizer, "chat_template", None))
@@ -423,7 +423,7 @@ def _original_prompt_ids(batch: DataProto, row: int, width: int, label: str) -> 
     return ids
 
 
-def _left_pad(token_lists: Sequence[Sequence[int]], width: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(token_lists: Sequence[Sequence[int]], width: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-pad token lists into ``(ids [N, width] int64, lengths [N] int64)``."""
     lengths = torch.tensor([len(ids) for ids in token_lists], dtype=torch.long)
     flat = np.fromiter(itertools.chain.from_iterable(token_lists), dtype=np.int64, count=int(lengths.sum()))
@@ -433,7 +433,7 @@ def _left_pad(token_lists: Sequence[Sequence[int]], width: int, pad_id: int) -> 
     return ids, lengths
 
 
-def _assemble_rows(batch: DataProto, hint_prompts: torch.Tensor, hint_prompt_len: torch.Tensor) -> dict:
+def assemble_rows(batch: DataProto, hint_prompts: torch.Tensor, hint_prompt_len: torch.Tensor) -> dict:
     """Hint prompts ``[B, W]`` (left-padded, lengths ``[B]``) + the batch's responses -> the hint batch's tensors.
 
     Every ``[B, W+T]`` tensor is written once, in place (these are the largest tensors of the step).

@@ -11,19 +11,25 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""``RayCPOTrainer``: verl's ``RayPPOTrainer`` plus CPO's hint-guided advantage shaping.
+"""``RayCPOTrainer``: verl's ``RayPPOTrainer`` plus the recipe's methods (CPO's hint-guided advantage shaping and its
+privileged-context peers).
 
-Upstream ``fit()`` runs unchanged. Three methods are overridden:
+Upstream ``fit()`` runs unchanged. Three methods are overridden, and none names a method: each reads the selected
+method's declaration (:mod:`treetune_recipe.cpo.methods`):
 
-* ``init_workers`` installs the CPO loss on the actor workers (``set_loss_fn``) and makes every actor update return the
-  current-policy entropy the wrappers need.
+* ``init_workers`` installs the recipe's loss on the actor workers (``set_loss_fn``) and makes every actor update
+  return the current-policy entropy the wrappers need.
 * ``_update_actor`` runs right after ``compute_advantage`` (where the reference inserted its block): it labels each
-  prompt group's difficulty, picks the rows whose shaped advantages read the hint (``cpo.hint.rescore=needed``, see
-  ``rows_reading_hint``; ``all``: every row), builds the hint-guided batch for those rows, scores the *same* response
-  tokens under it with the run's teacher (``cpo.teacher``: the actor, or verl's reference worker, refreshed from the
-  actor every N steps for ``refreshed``; ``gw_log_probs``; ``old_log_probs`` on the other rows), adds
-  ``gw_log_probs``/``seq_rewards``/``difficulty`` to the batch and calls ``super()``.
-* ``_compute_ref_log_prob`` first gives a ``refreshed`` teacher the actor's weights when its refresh is due.
+  prompt group's difficulty and runs the method's teacher pass, then calls ``super()``:
+  - an advantage method (``teacher_pass="token"``): the rows whose shaped advantages read the hint
+    (``cpo.hint.rescore=needed``, ``rows_reading_hint``; ``all``: every row) are scored under the hint prompt by the
+    run's teacher (``gw_log_probs``; ``old_log_probs`` on the other rows);
+  - a distribution-level method: every row's teacher prompt (``teacher_context``: the gold solution or a successful
+    sibling), the teacher's top-k log-probs under it (its own top-k, or at the student's top-k from the plain batch),
+    and the update runs with the student's logits handed to the loss (``student_logits_in_update``).
+  The method's schedule sets the step's knobs; the teacher (:class:`treetune_recipe.cpo.teacher.Teacher`) changes its
+  weights before the reference pass (``refreshed``) or after the update (``ema``).
+* ``_compute_ref_log_prob`` first lets the teacher take the actor's weights when due.
 
 CPO is opt-in through ``algorithm.adv_estimator=cpo``: with any other estimator this class behaves exactly like
 ``RayPPOTrainer``, plus its two mixins, which apply to every estimator: ``CompleteCheckpointsMixin`` (checkpoint
@@ -34,7 +40,7 @@ its ``_update_actor``, which adds ``treetune/rollout_health/*`` to the step's me
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 from functools import partial
 
 import numpy as np
@@ -44,43 +50,41 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
 
-from treetune_recipe.cpo.config import REFERENCE_TEACHERS, CPOConfig
+from treetune_recipe.cpo.config import CPOConfig
 from treetune_recipe.cpo.cpo_advantage_wrappers import log_ratio, mutual_information, rows_reading_hint
 from treetune_recipe.cpo.cpo_core_algos import compute_difficulty_mask  # importing registers the "cpo" estimator
 from treetune_recipe.cpo.cpo_credit_dump import maybe_dump_credit
 from treetune_recipe.cpo.cpo_hint import build_hint_batch
-from treetune_recipe.cpo.cpo_loss import cpo_ppo_loss
+from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, TEACHER_TOPK_LOG_PROBS, TOPK_IDS, context_rows_only, cpo_ppo_loss
 from treetune_recipe.cpo.preflight import cpo_is_enabled
+from treetune_recipe.cpo.teacher import TEACHER_METRICS, Teacher  # noqa: F401  (TEACHER_METRICS: re-exported)
+from treetune_recipe.cpo.teacher_context import build_teacher_batch
 from treetune_verl.patches import request_entropy_in_actor_updates
 from treetune_verl.rollout_health import RolloutHealthMixin
 from treetune_verl.run_folder import CompleteCheckpointsMixin
 from treetune_verl.second_log_prob import score_batch
 
-#: The metric set to 1 for the run's teacher, one name per teacher (``cpo.teacher``).
-TEACHER_METRICS = {
-    "policy": "cpo/teacher/policy",
-    "initial": "cpo/teacher/initial",
-    "refreshed": "cpo/teacher/refreshed",
-}
-
 
 class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer):
-    """GRPO trainer with CPO advantage shaping (see the module docstring); its checkpoints are marked complete, and
+    """GRPO trainer with the recipe's methods (see the module docstring); its checkpoints are marked complete, and
     every step's rollout-vs-trainer log-prob mismatch is checked before any update (``treetune.rollout_health``)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.cpo_enabled = cpo_is_enabled(self.config)
-        # The typed cpo block, built once: the driver's preflight (check_cpo_run) checked the same config before Ray
-        # started; this runs in the TaskRunner actor. A GRPO run of the recipe reads its success_value too.
+        # The driver built and checked the cpo block before Ray started (preflight.check_cpo_run) and wrote it back
+        # into the config, method defaults included; this restores that object in the TaskRunner actor. A GRPO run of
+        # the recipe reads its success_value too.
         self.cpo_config = CPOConfig.from_config(self.config.get("cpo"))
+        self.method = self.cpo_config.method
         if self.cpo_enabled:
             self.hint_config = self.cpo_config.hint.resolve(self.config.data.max_prompt_length)
-            self.teacher = self.cpo_config.teacher_config.name
-            # Updates seen by the weights a refreshed teacher holds (None until the first reference pass).
-            self.teacher_weights_step: int | None = None
-            self.teacher_refreshed_this_step = False
-            print(f"[cpo] teacher of the hinted pass: {self.teacher} ({self.cpo_config.teacher_config.describe()})")
+            self.teacher = Teacher(self.cpo_config.teacher_config)
+            self.installed_config: CPOConfig | None = None
+            print(f"[cpo] method: {self.method.describe()}")
+            print(
+                f"[cpo] teacher of the hinted pass: {self.teacher.name} ({self.cpo_config.teacher_config.describe()})"
+            )
 
     def init_workers(self):
         super().init_workers()
@@ -90,11 +94,15 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         request_entropy_in_actor_updates(self.actor_rollout_wg)
 
     def _install_cpo_loss(self, cpo_config: CPOConfig) -> None:
-        """Install ``cpo_ppo_loss`` with ``cpo_config`` on every actor worker (the loss reads its knobs there)."""
+        """Install ``cpo_ppo_loss`` with ``cpo_config`` on every actor worker (the loss reads its knobs there), unless
+        the same knobs are installed already."""
+        if cpo_config == self.installed_config:
+            return
         # SYNC WARNING: verl/workers/engine_workers.py:ActorRolloutRefWorker.init_model builds the same ActorConfig
         # from the same config section and installs partial(ppo_loss, config=...); set_loss_fn replaces it.
         actor_config = omega_conf_to_dataclass(self.config.actor_rollout_ref.actor)
         self.actor_rollout_wg.set_loss_fn(partial(cpo_ppo_loss, config=actor_config, cpo=cpo_config))
+        self.installed_config = cpo_config
 
     def _update_actor(self, batch: DataProto) -> DataProto:
         seq_rewards = batch.batch["token_level_rewards"].sum(dim=-1).float()
@@ -111,41 +119,111 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
             mode=self.cpo_config.difficulty_mode,
             success_value=self.cpo_config.success_value,
         )
-
+        # The knobs of this step (the method's schedule, e.g. RLSD's decaying λ): the loss and the credit dump use them.
+        step_config, schedule_metrics = self.cpo_config.at_step(self.global_steps)
+        self._install_cpo_loss(step_config)
         # A credit-dump step scores every row under the hint, so the dump shows the real δ of each response it keeps
         # (the shaped advantages are the same either way: cpo_advantage_wrappers.rows_reading_hint).
         dump_step = self.global_steps in self.cpo_config.credit_dump.steps
-        gw_log_probs, scored_rows, hint_metrics, hint_batch = self._hint_log_probs(
-            batch, seq_rewards, difficulty, timing, score_all=dump_step
-        )
+        if self.method.distribution_level:
+            scored_rows, hint_metrics, hint_batch = self._distribution_teacher_pass(batch, seq_rewards, timing)
+            gw_log_probs = batch.batch["old_log_probs"].clone()
+        else:
+            gw_log_probs, scored_rows, hint_metrics, hint_batch = self._hint_log_probs(
+                batch, seq_rewards, difficulty, timing, score_all=dump_step
+            )
         batch.batch["gw_log_probs"] = gw_log_probs
         batch.batch["seq_rewards"] = seq_rewards
         batch.batch["difficulty"] = difficulty
-        # The knobs of this step: RLSD's λ decays with the step (the loss and the credit dump shape with λ_t).
-        step_config, schedule_metrics = self.cpo_config, {}
-        if self.cpo_config.wrap_method == "rlsd":
-            step_lambda = self.cpo_config.rlsd_lambda_at(self.global_steps)
-            schedule_metrics["cpo/rlsd_lambda"] = step_lambda
-            if self.cpo_config.rlsd_lambda_decay_steps:
-                step_config = dataclasses.replace(self.cpo_config, rlsd_lambda=step_lambda)
-                self._install_cpo_loss(step_config)
         if dump_step:
             maybe_dump_credit(self, batch, hint_batch, step_config)
 
         # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._update_actor returns metrics in
         # meta_info["metrics"] and prefixes the loss's metrics with "actor/"; fit() reduces and logs them.
-        actor_output = super()._update_actor(batch)
+        with self._distribution_update(batch):
+            actor_output = super()._update_actor(batch)
+        teacher_metrics = self.teacher.metrics(self.global_steps)
+        self.teacher.after_update(self.global_steps, self.actor_rollout_wg)
         actor_output.meta_info["metrics"].update(
             {
                 **hint_metrics,
                 **schedule_metrics,
-                **self._teacher_metrics(),
+                **teacher_metrics,
                 **group_metrics,
                 **self._step_cpo_metrics(batch, scored_rows),
                 **{f"timing_s/{name}": seconds for name, seconds in timing.items()},
             }
         )
         return actor_output
+
+    @contextlib.contextmanager
+    def _distribution_update(self, batch: DataProto):
+        """A distribution-level method's update: the student's logits go to the loss (verl 0.9.1's hook), and the
+        update's response mask holds only the rows with a teacher context (``cpo_loss.context_rows_only``), so that
+        verl normalises the loss over their tokens. The batch's own mask is put back afterwards (``fit`` computes the
+        step's response-length metrics from it)."""
+        if not self.method.distribution_level:
+            yield
+            return
+        from treetune_verl.distribution_pass import student_logits_in_update
+
+        response_mask = batch.batch["response_mask"]
+        batch.batch["response_mask"] = context_rows_only(response_mask, batch.batch[CONTEXT_MASK])
+        try:
+            with student_logits_in_update(self.actor_rollout_wg):
+                yield
+        finally:
+            batch.batch["response_mask"] = response_mask
+
+    def _distribution_teacher_pass(
+        self, batch: DataProto, seq_rewards: torch.Tensor, timing: dict[str, float]
+    ) -> tuple[torch.Tensor, dict[str, float], DataProto]:
+        """Add the top-k ids, the teacher's log-probs there and the context mask to ``batch`` (``cpo_loss``'s keys).
+
+        The teacher prompt of every row comes from the method's context (``teacher_context.build_teacher_batch``). The
+        ids are the teacher's own top-k (``teacher_topk``) or the student's, from the plain batch on the actor
+        (``student_topk``: with one update per rollout batch the rollout policy is the student at the update).
+
+        Returns:
+            ``(has_context bool [B], metrics, teacher_batch)``; metrics: the context's, ``cpo/topk_k`` and
+            ``cpo/topk_bytes`` (bytes of the two top-k tensors of the step).
+        """
+        method, knobs = self.method, self.cpo_config.knobs
+        k = getattr(knobs, method.topk)
+        with marked_timer("cpo_teacher_context", timing):
+            teacher_batch, has_context, metrics = build_teacher_batch(
+                method,
+                knobs,
+                batch,
+                success=seq_rewards == self.cpo_config.success_value,
+                tokenizer=self.tokenizer,
+                hint_config=self.hint_config,
+                chat_template_kwargs=self.config.data.get("apply_chat_template_kwargs", None),
+            )
+        ids = None
+        if method.teacher_pass == "student_topk":
+            with marked_timer("cpo_student_topk", timing):
+                ids = score_batch(self, batch, on="actor", topk=k).topk_ids
+        with marked_timer("cpo_gw_log_prob", timing):
+            scores = score_batch(
+                self, teacher_batch, on=self.teacher.scorer, topk=None if ids is not None else k, topk_ids=ids
+            )
+        batch.batch[TOPK_IDS] = scores.topk_ids
+        batch.batch[TEACHER_TOPK_LOG_PROBS] = scores.topk_log_probs
+        batch.batch[CONTEXT_MASK] = has_context.float()
+        response_mask = batch.batch["response_mask"]
+        metrics["cpo/context_token_frac"] = (
+            context_rows_only(response_mask, batch.batch[CONTEXT_MASK]).sum() / response_mask.sum().clamp(min=1)
+        ).item()
+        metrics["cpo/topk_k"] = float(scores.topk_ids.shape[-1])
+        metrics["cpo/topk_bytes"] = float(
+            scores.topk_ids.numel() * scores.topk_ids.element_size()
+            + scores.topk_log_probs.numel() * scores.topk_log_probs.element_size()
+        )
+        plain_tokens = batch.batch["attention_mask"].sum()
+        metrics["cpo/hint_token_ratio"] = (teacher_batch.batch["attention_mask"].sum() / plain_tokens).item()
+        metrics["cpo/hint_rows_frac"] = 1.0
+        return has_context, metrics, teacher_batch
 
     def _hint_log_probs(
         self,
@@ -208,47 +286,22 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         return gw_log_probs, scored_rows, {**metrics, **build_metrics}, hint_batch
 
     def _score_hint_batch(self, hint_batch: DataProto) -> torch.Tensor:
-        """Log-probs ``[N, T]`` of the hint batch's responses under the run's teacher (``cpo.teacher``): the actor
-        (``policy``) or verl's reference model (``initial``/``refreshed``; with LoRA the actor without its adapter),
-        scored as verl's old-log-prob pass scores the plain batch, without the entropy (the wrappers read the plain
-        pass's): ``treetune_verl.second_log_prob.score_batch``."""
-        on = "reference" if self.teacher in REFERENCE_TEACHERS else "actor"
-        return score_batch(self, hint_batch, on=on).log_probs
+        """Log-probs ``[N, T]`` of the hint batch's responses under the run's teacher (the actor for ``policy``, verl's
+        reference model otherwise; with LoRA the actor without its adapter), scored as verl's old-log-prob pass scores
+        the plain batch, without the entropy (the wrappers read the plain pass's):
+        ``treetune_verl.second_log_prob.score_batch``."""
+        return score_batch(self, hint_batch, on=self.teacher.scorer).log_probs
 
     def _compute_ref_log_prob(self, batch: DataProto) -> DataProto:
-        """verl's reference pass, after refreshing a ``refreshed`` teacher whose refresh is due this step.
+        """verl's reference pass, after the teacher took the actor's weights when due
+        (``Teacher.before_reference_pass``).
 
         The reference pass is the first use of the reference weights in a step (``fit``: rollout, old log-probs,
-        reference log-probs, advantages, actor update), so the step's KL term and hinted pass read the same weights.
-        verl does not checkpoint the reference, so the first step after a resume also refreshes it, from the actor
-        it resumed (the teacher of a run resumed between two refreshes is then newer than without the interruption,
-        which the log says).
+        reference log-probs, advantages, actor update), so the step's KL term and teacher pass read the same weights.
         """
-        if self.cpo_enabled and self.teacher == "refreshed":
-            resumed = self.teacher_weights_step is None and self.global_steps > 1
-            if resumed:
-                print(
-                    f"[cpo] resumed at step {self.global_steps}: the reference weights are the starting model's "
-                    "(verl does not checkpoint them); the refreshed teacher takes the resumed actor's weights now."
-                )
-            if resumed or self.cpo_config.teacher_config.refresh_due(self.global_steps):
-                # SYNC WARNING: treetune_verl/reference_refresh.py relies on the fused ActorRolloutRefWorker
-                self.actor_rollout_wg.copy_actor_weights_to_reference()
-                self.teacher_weights_step = self.global_steps - 1
-                self.teacher_refreshed_this_step = True
-            elif self.teacher_weights_step is None:
-                self.teacher_weights_step = 0
+        if self.cpo_enabled:
+            self.teacher.before_reference_pass(self.global_steps, self.actor_rollout_wg)
         return super()._compute_ref_log_prob(batch)
-
-    def _teacher_metrics(self) -> dict[str, float]:
-        """``cpo/teacher/<name>`` = 1 for the run's teacher, ``cpo/teacher_weights_step`` (how many updates the
-        weights the teacher scored with had seen: the step before for ``policy``, 0 for ``initial``, the last
-        refresh's for ``refreshed``) and ``cpo/teacher_refreshed`` (1 at a step whose teacher was just refreshed)."""
-        weights_step = {"policy": self.global_steps - 1, "initial": 0}.get(self.teacher, self.teacher_weights_step)
-        metrics = {TEACHER_METRICS[self.teacher]: 1.0, "cpo/teacher_weights_step": float(weights_step or 0)}
-        metrics["cpo/teacher_refreshed"] = float(self.teacher_refreshed_this_step)
-        self.teacher_refreshed_this_step = False
-        return metrics
 
     def _group_outcome_metrics(self, batch: DataProto, seq_rewards: torch.Tensor) -> dict[str, float]:
         """Shares of the batch's responses in all-wrong and all-correct prompt groups (``uid``) and of correct ones,

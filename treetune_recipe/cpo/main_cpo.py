@@ -26,11 +26,14 @@ import sys
 
 import hydra
 import ray
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf, open_dict
 from verl.experimental.reward_loop import migrate_legacy_reward_impl
 from verl.trainer.main_ppo import run_ppo
 from verl.utils.device import auto_set_device
 
-from treetune_recipe.cpo.config import check_cpo_overrides
+from treetune_recipe.cpo.config import apply_method_run_settings, check_cpo_overrides
+from treetune_recipe.cpo.methods import get_method
 from treetune_recipe.cpo.preflight import check_cpo_run
 from treetune_verl.preflight import PreflightError, check_run_config
 from treetune_verl.run_folder import RearmSigterm, RunFolderError, exit_on_sigterm, prepare_run_folder, shutdown_ray
@@ -40,11 +43,25 @@ from treetune_verl.run_folder import RearmSigterm, RunFolderError, exit_on_sigte
 def main(config) -> None:
     auto_set_device(config)
     config = migrate_legacy_reward_impl(config)
+    # The selected method's published settings outside cpo.* (its sampling, updates per rollout, KL), unless the
+    # command line sets the same key.
+    applied = apply_method_run_settings(config, list(HydraConfig.get().overrides.task))
+    if applied:
+        print(f"[cpo] {config.cpo.wrap_method}: published run settings applied: {' '.join(applied)}")
+    if config.algorithm.adv_estimator == "cpo":
+        kept = [setting for setting in get_method(config.cpo.wrap_method).run_settings if setting not in applied]
+        if kept:
+            print(f"[cpo] {config.cpo.wrap_method}: your overrides kept over the published {' '.join(kept)}")
     try:
         check_run_config(config)
-        check_cpo_run(config)
+        cpo_config = check_cpo_run(config)
     except ValueError as error:  # every start-up check raises one (PreflightError is one) saying what to change
         sys.exit(f"[cpo] {error}")
+
+    # The cpo block as the driver built and checked it, every default and method block included: what the trainer
+    # restores in its Ray actor.
+    with open_dict(config):
+        config.cpo = OmegaConf.create(cpo_config.to_block())
 
     from treetune_recipe.cpo.cpo_task_runner import CPOTaskRunner
 
@@ -67,7 +84,7 @@ def main(config) -> None:
 def cli() -> None:
     """``python -m treetune_recipe.cpo.main_cpo``: the check of the ``cpo.*`` overrides, then Hydra's :func:`main`."""
     try:
-        check_cpo_overrides(sys.argv[1:])
+        sys.argv[1:] = check_cpo_overrides(sys.argv[1:])  # renamed keys translated, with a note
     except PreflightError as error:
         sys.exit(f"[cpo] {error}")
     main()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from treetune_recipe.cpo.config import CPOConfig
+from treetune_recipe.cpo.config import CHANGING_TEACHERS, CPOConfig
 from treetune_recipe.cpo.cpo_hint import HintConfig, hint_question, hint_solution, shortest_hint_prompt_lengths
 from treetune_verl.preflight import PreflightError
 from treetune_verl.rollout_health import RolloutHealthConfig
@@ -72,7 +72,34 @@ def check_cpo_config(config) -> CPOConfig:
             "set actor_rollout_ref.actor.calculate_entropy=true."
         )
     check_teacher_worker(config, cpo_config)
+    check_method_support(config, cpo_config)
     return cpo_config
+
+
+def check_method_support(config, cpo_config: CPOConfig) -> None:
+    """A distribution-level method needs verl 0.9.1's update hook (the FSDP engine hands the logits to the loss) and
+    sees whole sequences (no Ulysses sequence parallelism, no fused kernels)."""
+    method = cpo_config.method
+    if not method.distribution_level:
+        return
+    from treetune_verl.distribution_pass import check_distribution_support
+
+    try:
+        check_distribution_support()
+    except (RuntimeError, ValueError) as error:
+        raise PreflightError(f"cpo.wrap_method={method.name} reads top-k distributions: {error}") from None
+    actor, model = config.actor_rollout_ref.actor, config.actor_rollout_ref.model
+    if model.get("use_fused_kernels", False):
+        raise PreflightError(
+            f"cpo.wrap_method={method.name} needs the student's logits in the update, which fused kernels never "
+            "materialise: set actor_rollout_ref.model.use_fused_kernels=false."
+        )
+    if actor.get("ulysses_sequence_parallel_size", 1) != 1 or actor.get("strategy") not in ("fsdp", "fsdp2"):
+        raise PreflightError(
+            f"cpo.wrap_method={method.name} reads top-k distributions per response token on the FSDP engine without "
+            "sequence parallelism: set actor_rollout_ref.actor.strategy=fsdp2 and "
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size=1."
+        )
 
 
 def check_teacher_worker(config, cpo_config: CPOConfig) -> None:
@@ -92,10 +119,10 @@ def check_teacher_worker(config, cpo_config: CPOConfig) -> None:
     # SYNC WARNING: verl/trainer/main_ppo_v0.py:TaskRunner.add_actor_rollout_worker (LoRA: the reference is the actor
     # without its adapter, no model of its own)
     lora = (model.get("lora") or {}).get("rank", 0) > 0 or model.get("lora_rank", 0) > 0
-    if teacher == "refreshed" and (lora or model.get("lora_adapter_path") is not None):
+    if teacher in CHANGING_TEACHERS and (lora or model.get("lora_adapter_path") is not None):
         raise PreflightError(
-            "cpo.teacher=refreshed overwrites the reference model with the actor's weights, but with LoRA the "
-            "reference is the actor without its adapter (no model of its own to overwrite). Use cpo.teacher=initial "
+            f"cpo.teacher={teacher} changes the reference model's weights from the actor's, but with LoRA the "
+            "reference is the actor without its adapter (no model of its own to change). Use cpo.teacher=initial "
             "or policy."
         )
 
@@ -117,7 +144,7 @@ def check_cpo_run(config, tokenizer=None) -> CPOConfig:
         tokenizer: the actor's tokenizer; loaded from ``actor_rollout_ref.model.path`` when a check needs it.
 
     Returns:
-        the run's ``CPOConfig`` (built once here; the trainer rebuilds it once in its Ray actor).
+        the run's ``CPOConfig``, built once here (``main_cpo`` writes it back into the config the trainer receives).
 
     Raises:
         PreflightError: (a ``ValueError``) listing every problem found, each naming the key, the value and the fix.

@@ -117,34 +117,12 @@ class ExperimentError(RuntimeError):
 
 
 #: The experiment of both regimes: GRPO, CPO seq_kl with the recipe's defaults (α⁺ = 0, α⁻ = 1; teacher: the rollout
-#: policy) and with a fixed teacher (the starting model), and the two privileged-context peers as their authors run
-#: them (:data:`PUBLISHED_PEER_OVERRIDES`; each with its published teacher); ``--quick`` runs the first two.
-DEFAULT_METHODS = "grpo,cpo:seq_kl,cpo:seq_kl@teacher=initial,cpo:rlsd,cpo:opsd_token"
+#: policy) and with a fixed teacher (the starting model), and the privileged-context peers as their authors run them
+#: (each method's published teacher and run settings, which the recipe applies when the method is selected);
+#: ``--quick`` runs the first two.
+DEFAULT_METHODS = "grpo,cpo:seq_kl,cpo:seq_kl@teacher=initial,cpo:rlsd,cpo:opsd,cpo:opsd_token,cpo:sdpo"
 HARD_METHODS = DEFAULT_METHODS
 QUICK_METHODS = "grpo,cpo:seq_kl"
-#: ``cpo.*`` keys a method may set after ``@``: numbers, and the teacher (the other keys stay the recipe's defaults for
-#: every method).
-METHOD_KEYS = ("pos_alpha", "neg_alpha", "cpo_lambda", "rlsd_lambda", "rlsd_clip", "rlsd_lambda_decay_steps")
-METHOD_CHOICES = {"teacher": ("policy", "initial", "refreshed")}
-#: The trainer settings of the peers' official training scripts, in their rows only (the teacher and RLSD's λ
-#: schedule are the recipe's published defaults, ``cpo.teacher: null``). Both drop the KL loss; verl builds the
-#: reference worker their teachers need only with the KL loss on, so it stays on with weight 0 (no term in the loss).
-#: RLSD (``iie-ycx/RLSD``, ``rlsd_train.sh``): ratio clipped asymmetrically, 0.2 below and 0.28 above. OPSD
-#: (``siyan-zhao/OPSD``, ``scripts/run_opsd.sh``): one optimizer update per rollout batch, so that verl's clipped
-#: surrogate is its ``-Â·log π``, and temperature 1.1 for sampling and every log-softmax (verl applies the rollout's
-#: temperature to the trainer's log-probs, the hinted pass included), so its step-1 draws are not the other methods'.
-PUBLISHED_PEER_OVERRIDES = {
-    "rlsd": [
-        "actor_rollout_ref.actor.kl_loss_coef=0",
-        "actor_rollout_ref.actor.clip_ratio_low=0.2",
-        "actor_rollout_ref.actor.clip_ratio_high=0.28",
-    ],
-    "opsd_token": [
-        "actor_rollout_ref.actor.kl_loss_coef=0",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=${data.train_batch_size}",
-        "actor_rollout_ref.rollout.temperature=1.1",
-    ],
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,44 +147,32 @@ REGIMES = {
 }
 
 
-def _valid_setting(key: str, value: str) -> bool:
-    if key in METHOD_CHOICES:
-        return value in METHOD_CHOICES[key]
-    try:
-        float(value)
-    except ValueError:
-        return False
-    return key in METHOD_KEYS
-
-
 def _parse_method(name: str) -> str:
     """Check one method name and return it normalised (``cpo`` alone means ``cpo:seq_kl``)."""
-    from treetune_recipe.cpo.cpo_advantage_wrappers import CPO_WRAPPERS
+    from treetune_recipe.cpo.config import check_cpo_overrides
+    from treetune_recipe.cpo.methods import all_methods
 
     name = "cpo:seq_kl" if name == "cpo" else name
     if name == "grpo":
         return name
-    wrapper, *settings = name.removeprefix("cpo:").split("@")
-    if not name.startswith("cpo:") or wrapper not in CPO_WRAPPERS:
+    method, *settings = name.removeprefix("cpo:").split("@")
+    if not name.startswith("cpo:") or method not in all_methods():
         raise ExperimentError(
-            f"--methods: unknown method {name!r}. Use grpo or cpo:<wrapper>[@<key>=<number>...] with a wrapper among "
-            f"{', '.join(CPO_WRAPPERS)} (e.g. --methods grpo,cpo:seq_kl,cpo:seq_kl@neg_alpha=0.5)."
+            f"--methods: unknown method {name!r}. Use grpo or cpo:<method>[@<cpo key>=<value>...] with a method among "
+            f"{', '.join(all_methods())} (e.g. --methods grpo,cpo:seq_kl,cpo:seq_kl@neg_alpha=0.5)."
         )
     for setting in settings:
-        key, _, value = setting.partition("=")
-        if not _valid_setting(key, value):
-            choices = "; ".join(f"{key}={'|'.join(values)}" for key, values in METHOD_CHOICES.items())
-            raise ExperimentError(
-                f"--methods: {name!r}: {setting!r} must be <key>=<number> with a key among {', '.join(METHOD_KEYS)}, "
-                f"or {choices}."
-            )
+        try:
+            check_cpo_overrides([f"cpo.{setting}"])
+        except ValueError as error:
+            raise ExperimentError(f"--methods: {name!r}: {error}") from None
     return name
 
 
 def parse_methods(text: str) -> list[str]:
     """``grpo`` and ``cpo:<wrapper>[@<key>=<number>...]`` names, comma-separated; ``cpo`` alone means ``cpo:seq_kl``.
 
-    ``@`` settings are ``cpo.*`` keys of :data:`METHOD_KEYS`, e.g. ``cpo:seq_kl@neg_alpha=0.5``.
+    ``@`` settings are ``cpo.*`` overrides, e.g. ``cpo:seq_kl@neg_alpha=0.5`` or ``cpo:rlsd@rlsd.clip=0.1``.
     """
     methods = []
     for name in (_parse_method(part.strip()) for part in text.split(",") if part.strip()):
@@ -226,9 +192,18 @@ def method_overrides(method: str) -> list[str]:
     return [
         "algorithm.adv_estimator=cpo",
         f"cpo.wrap_method={wrapper}",
-        *PUBLISHED_PEER_OVERRIDES.get(wrapper, []),
         *(f"cpo.{s}" for s in settings),
     ]
+
+
+def method_run_setting_keys(method: str) -> set[str]:
+    """The config keys the published run settings of ``method`` set (none for GRPO)."""
+    from treetune_recipe.cpo.methods import get_method
+
+    if method == "grpo":
+        return set()
+    name = method.removeprefix("cpo:").split("@")[0]
+    return {setting.lstrip("+").partition("=")[0] for setting in get_method(name).run_settings}
 
 
 def run_name(method: str, seed: int) -> str:
@@ -237,9 +212,15 @@ def run_name(method: str, seed: int) -> str:
 
 
 def run_overrides(run_dir: Path, method: str, seed: int, schedule: Schedule, dump_credit: bool) -> list[str]:
-    """Overrides of one run, after the CPU tiny-run ones; the seed sets the data order and the rollout sampling."""
+    """Overrides of one run, after the CPU tiny-run ones; the seed sets the data order and the rollout sampling.
+
+    A key that the method's published run settings set (e.g. one update per rollout batch) is left out of the task's
+    shared overrides, so the recipe applies the method's value: the run is the method as its authors run it. A key the
+    user gives the experiment still wins (those overrides come after, on the command line of every run).
+    """
+    published = method_run_setting_keys(method)
     overrides = [
-        *SHARED_OVERRIDES,
+        *(override for override in SHARED_OVERRIDES if override.lstrip("+").partition("=")[0] not in published),
         f"trainer.test_freq={schedule.test_freq}",
         f"data.seed={seed}",
         f"++actor_rollout_ref.rollout.engine_kwargs.hf.seed={seed}",
@@ -318,7 +299,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--methods",
         default=None,
-        help=f"grpo and cpo:<wrapper>[@key=number...], comma-separated (keys: {', '.join(METHOD_KEYS)}); default "
+        help=f"grpo and cpo:<method>[@<cpo key>=<value>...], comma-separated; default "
         f"the regime's (default: {DEFAULT_METHODS}; hard: {HARD_METHODS}; --quick: {QUICK_METHODS})",
     )
     parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 3; --quick: 1)")

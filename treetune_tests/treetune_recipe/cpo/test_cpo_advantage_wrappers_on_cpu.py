@@ -35,6 +35,7 @@ from treetune_recipe.cpo.cpo_advantage_wrappers import (
     register_cpo_wrapper,
     sequence_mean,
 )
+from treetune_recipe.cpo.peers.rlsd import RLSDKnobs
 
 GOLDEN = json.loads((Path(__file__).parents[2] / "fixtures" / "cpo_wrappers_golden.json").read_text())
 
@@ -296,7 +297,7 @@ def test_wrapper_matches_reference_style_on_random_inputs(name, seed):
 # Properties
 # ---------------------------------------------------------------------------------------------------------------------
 
-C1 = types.SimpleNamespace(cpo_lambda=2.0, pos_alpha=0.3, neg_alpha=0.5, rlsd_lambda=0.5, rlsd_clip=0.2)
+C1 = types.SimpleNamespace(cpo_lambda=2.0, pos_alpha=0.3, neg_alpha=0.5, rlsd=RLSDKnobs(mix_lambda=0.5, clip=0.2))
 
 
 @pytest.mark.parametrize("name", ALL_NAMES + PEERS)
@@ -387,7 +388,7 @@ def test_rlsd_by_hand():
     # λ = 0.5, ε = 0.2. Row 1 (sign +): w = exp(δ) = 1.1, 2, 0.5 -> clip 1.1, 1.2, 0.8 -> 0.5 + 0.5 w = 1.05, 1.1, 0.9
     # -> Â = 2.1, 2.2, 1.8. Row 2 (sign -): w = exp(-δ) = 1/1.1, 0.5, 1 -> clip 0.90909, 0.8, 1 -> 0.954545, 0.9, 1
     # -> Â = -0.954545, -0.9, -1. Row 3: A = 0 -> Â = 0, whatever δ (±5). Padding as given.
-    cfg = types.SimpleNamespace(rlsd_lambda=0.5, rlsd_clip=0.2)
+    cfg = types.SimpleNamespace(rlsd=RLSDKnobs(mix_lambda=0.5, clip=0.2))
     expected = _t([[2.1, 2.2, 1.8, 0.0], [-0.5 - 0.5 / 1.1, -0.9, -1.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
     torch.testing.assert_close(_call("rlsd", _peer_inputs(), cfg), expected)
 
@@ -395,14 +396,14 @@ def test_rlsd_by_hand():
 @pytest.mark.parametrize(("rlsd_lambda", "rlsd_clip"), [(0.0, 0.2), (1.0, 0.0), (0.7, 0.0)])
 def test_rlsd_without_a_teacher_weight_is_grpo(rlsd_lambda, rlsd_clip):
     inputs = _peer_inputs()
-    cfg = types.SimpleNamespace(rlsd_lambda=rlsd_lambda, rlsd_clip=rlsd_clip)
+    cfg = types.SimpleNamespace(rlsd=RLSDKnobs(mix_lambda=rlsd_lambda, clip=rlsd_clip))
     torch.testing.assert_close(_call("rlsd", inputs, cfg), inputs["advantages"], rtol=0, atol=0)
 
 
 def test_rlsd_full_weight_is_the_clipped_teacher_ratio():
     # λ = 1, ε = 0.5: Â = A·clip(exp(sign(A)·δ), 0.5, 1.5); row 1: 2·(1.1, 1.5 (from 2), 0.5) = 2.2, 3, 1;
     # row 2: -1·(1/1.1, 0.5, 1)
-    cfg = types.SimpleNamespace(rlsd_lambda=1.0, rlsd_clip=0.5)
+    cfg = types.SimpleNamespace(rlsd=RLSDKnobs(mix_lambda=1.0, clip=0.5))
     expected = _t([[2.2, 3.0, 1.0, 0.0], [-1 / 1.1, -0.5, -1.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
     torch.testing.assert_close(_call("rlsd", _peer_inputs(), cfg), expected)
 
@@ -417,7 +418,7 @@ def test_a_corrupted_teacher_pass_changes_both_peers():
     # The control: with the hinted log-probs shifted by one token, the hand-worked values no longer hold.
     inputs = _peer_inputs()
     shifted = dict(inputs, gw_log_probs=inputs["gw_log_probs"].roll(1, dims=-1))
-    cfg = types.SimpleNamespace(rlsd_lambda=0.5, rlsd_clip=0.2)
+    cfg = types.SimpleNamespace(rlsd=RLSDKnobs(mix_lambda=0.5, clip=0.2))
     assert not torch.allclose(_call("rlsd", shifted, cfg), _call("rlsd", inputs, cfg))
     assert not torch.allclose(_call("opsd_token", shifted, cfg), _call("opsd_token", inputs, cfg))
 

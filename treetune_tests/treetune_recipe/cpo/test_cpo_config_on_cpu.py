@@ -73,10 +73,10 @@ def test_null_alpha_is_allowed_and_disables_the_branch():
         ({"difficulty_mode": "batch"}, r"Unknown cpo.difficulty_mode 'batch'.*group, reference"),
         ({"cpo_lambda": 1.0}, r"cpo.cpo_lambda must be > 1"),
         ({"cpo_lambda": 0.5}, r"cpo.cpo_lambda must be > 1"),
-        ({"rlsd_lambda": 1.5}, r"cpo.rlsd_lambda must lie in \[0, 1\]"),
-        ({"rlsd_lambda": -0.1}, r"cpo.rlsd_lambda must lie in \[0, 1\]"),
-        ({"rlsd_clip": 1.0}, r"cpo.rlsd_clip must lie in \[0, 1\)"),
-        ({"rlsd_clip": None}, r"cpo.rlsd_clip must be a number"),
+        ({"rlsd": {"mix_lambda": 1.5}}, r"cpo.rlsd.mix_lambda must lie in \[0, 1\]"),
+        ({"rlsd_lambda": -0.1}, r"cpo.rlsd.mix_lambda must lie in \[0, 1\]"),  # the old key: an alias
+        ({"rlsd": {"clip": 1.0}}, r"cpo.rlsd.clip must lie in \[0, 1\)"),
+        ({"rlsd": {"clip": None}}, r"cpo.rlsd.clip must be a number"),
         ({"neg_alpha": float("nan")}, r"cpo.neg_alpha must be finite, got nan"),
         ({"pos_alpha": float("inf")}, r"cpo.pos_alpha must be finite, got inf"),
         ({"cpo_lambda": float("inf")}, r"cpo.cpo_lambda must be finite, got inf"),
@@ -85,7 +85,10 @@ def test_null_alpha_is_allowed_and_disables_the_branch():
         ({"cpo_lambda": True}, r"cpo.cpo_lambda must be a number"),
         ({"cpo_lambda": None}, r"cpo.cpo_lambda must be a number"),
         ({"hint": [1, 2]}, r"cpo.hint must be a mapping"),
-        ({"wrap_methd": "mi"}, r"^Unknown cpo key\(s\) \['wrap_methd'\]; valid keys: wrap_method, .*, credit_dump\.$"),
+        (
+            {"wrap_methd": "mi"},
+            r"^Unknown cpo key\(s\) \['wrap_methd'\]; valid keys: wrap_method, .*, credit_dump, rlsd, opsd, sdpo\.$",
+        ),
         (
             {"hint": {"solution_keys": "x"}},
             r"^Unknown cpo.hint key\(s\) \['solution_keys'\]; valid keys: question_key, ",

@@ -273,9 +273,16 @@ def test_the_two_step_run_put_one_trainer_rank_and_one_server_on_each_node(two_s
 
 #: The teacher runs (``teacher_runs``): steps, seed and overrides of each. Same model, data, settings and seed (so the
 #: same step-1 rollouts); they differ in method and teacher.
+UNTRUNCATED_SAMPLING = (
+    "actor_rollout_ref.rollout.temperature=1.0",
+    "actor_rollout_ref.rollout.top_p=1.0",
+    "actor_rollout_ref.rollout.top_k=-1",
+)
 TEACHER_RUNS = {
-    # OPSD-token's published teacher: the starting model, held fixed (the reference worker).
-    "initial": (2, 0, ["cpo.wrap_method=opsd_token", "cpo.credit_dump.steps=[1,2]"]),
+    # OPSD-token's published teacher: the starting model, held fixed (the reference worker). Its published sampling
+    # (τ 1.1, top-p 0.95, top-k 20) is overridden on the command line, so that its step-1 rollouts are the other runs'
+    # (the user's override wins over a method's run settings).
+    "initial": (2, 0, ["cpo.wrap_method=opsd_token", "cpo.credit_dump.steps=[1,2]", *UNTRUNCATED_SAMPLING]),
     # A teacher refreshed from the actor after every 2nd update: the starting model at steps 1-2, the weights after
     # step 2's update at step 3 (saved by the step-2 checkpoint).
     "refreshed": (
@@ -340,10 +347,11 @@ def teacher_check(assets_dir, run_dir, step: int, weights=None) -> None:
 @pytest.mark.timeout(RUN_TIMEOUT_S + 120)
 def test_initial_teacher_scores_with_the_starting_model(teacher_runs, context_sensitive_assets_dir):
     run_dir, metrics = teacher_runs("initial")
-    assert (
-        "[cpo] teacher of the hinted pass: initial (published setting of opsd_token"
-        in (run_dir / "train.log").read_text()
-    )
+    log = (run_dir / "train.log").read_text()
+    assert "[cpo] teacher of the hinted pass: initial (published setting of opsd_token" in log
+    # The method's run settings were applied, except the sampling the command line set.
+    applied = next(line for line in log.splitlines() if "published run settings applied" in line)
+    assert "ppo_mini_batch_size=${data.train_batch_size}" in applied and "rollout." not in applied, applied
     for step in (1, 2):
         assert metrics[step]["cpo/teacher/initial"] == 1 and metrics[step]["cpo/teacher_weights_step"] == 0
         assert json.loads((run_dir / "credit" / f"step_{step}.json").read_text())["teacher"] == "initial"
@@ -425,3 +433,118 @@ def test_invalid_rollout_health_thresholds_stop_at_start_up(assets_dir, tmp_path
     # The run-health guard is checked for every estimator, before Ray starts.
     output = start_cpo(assets_dir, tmp_path, "algorithm.adv_estimator=grpo", "treetune.rollout_health.warn_kl=2.0")
     assert "treetune.rollout_health.warn_kl=2.0 is above treetune.rollout_health.stop_kl=1.0" in output, output
+
+
+# ------------------------------------------------------------------------------------ distribution-level methods
+#: Two-step runs of the methods whose loss reads top-k distributions, with their published settings (OPSD: initial
+#: teacher, τ 1.1, top-p 0.95, top-k 20, one update per batch; SDPO: EMA teacher, successful-sibling context, k 100).
+DISTRIBUTION_RUNS = {
+    "opsd": ["cpo.wrap_method=opsd", "cpo.credit_dump.steps=[2]"],
+    "sdpo": ["cpo.wrap_method=sdpo", "cpo.credit_dump.steps=[2]"],
+}
+
+
+@pytest.fixture(scope="module")
+def distribution_runs(context_sensitive_assets_dir, tmp_path_factory):
+    """``run(name)``: the :data:`DISTRIBUTION_RUNS` run ``name`` (2 steps, lr 1e-2, about half the responses
+    correct), made on first use; returns (run folder, metrics)."""
+    runs = {}
+
+    def run(name):
+        if name not in runs:
+            run_dir = tmp_path_factory.mktemp(f"method_{name}")
+            _, metrics = run_cpo(
+                context_sensitive_assets_dir,
+                run_dir,
+                steps=2,
+                extra=[
+                    "actor_rollout_ref.actor.optim.lr=1e-2",
+                    "reward.custom_reward_function.name=compute_score_half_correct",
+                    f"cpo.credit_dump.dir={run_dir / 'credit'}",
+                    *DISTRIBUTION_RUNS[name],
+                ],
+            )
+            runs[name] = run_dir, metrics
+        return runs[name]
+
+    return run
+
+
+def teacher_distribution(model, prompt_ids, token_ids, vocab_size: int, temperature: float):
+    """fp32 transformers' log-softmax (at ``temperature``, over the tokenizer's ids) before each response token."""
+    import torch
+
+    with torch.no_grad():
+        ids = torch.tensor([*prompt_ids, *token_ids])[None]
+        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1, :vocab_size].float()
+    return torch.log_softmax(logits / temperature, dim=-1)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
+def test_opsd_trains_on_the_jsd_over_the_initial_teachers_distribution(distribution_runs, context_sensitive_assets_dir):
+    import torch
+    from transformers import AutoTokenizer
+
+    run_dir, metrics = distribution_runs("opsd")
+    log = (run_dir / "train.log").read_text()
+    assert "opsd: published run settings applied:" in log and "rollout.top_k=20" in log
+    assert "the rollout samples a truncated distribution (top_k=20, top_p=0.95)" in log  # the guard only logs
+    vocab_size = len(AutoTokenizer.from_pretrained(context_sensitive_assets_dir / "model"))
+    for step in (1, 2):
+        step_metrics = metrics[step]
+        assert step_metrics["actor/pg_loss"] == 0 and step_metrics["actor/distill_loss"] > 0  # JSD replaces the PG loss
+        assert step_metrics["cpo/teacher/initial"] == 1 and step_metrics["cpo/context_frac"] == 1
+        assert step_metrics["cpo/topk_k"] >= vocab_size  # top_k 0: every id of the output layer
+        assert step_metrics["cpo/topk_bytes"] > 0
+        # The hf rollout honours top-k and top-p: its log-probs are of the truncated distribution, the trainer's of the
+        # whole one (both at τ 1.1), so they disagree by far more than a healthy untruncated run's (ROLLOUT_KL_MAX).
+        assert step_metrics["rollout_corr/kl"] > 100 * ROLLOUT_KL_MAX
+    # The teacher's top ids and log-probs of the dump are fp32 transformers' under the hint prompt at τ 1.1; under the
+    # plain prompt (control) they are not.
+    dump = json.loads((run_dir / "credit" / "step_2.json").read_text())
+    model = load_model(context_sensitive_assets_dir)
+    errors = {"hint_prompt_ids": 0.0, "prompt_ids": 0.0}
+    for row in dump["rows"][:8]:
+        for prompt_key in errors:
+            expected = teacher_distribution(model, row[prompt_key], row["token_ids"], vocab_size, 1.1)
+            for position, shown in enumerate(row["teacher_topk"]):
+                ids = torch.tensor([entry[0] for entry in shown])
+                got = torch.tensor([entry[2] for entry in shown])
+                errors[prompt_key] = max(errors[prompt_key], (expected[position, ids] - got).abs().max().item())
+                if prompt_key == "hint_prompt_ids":
+                    assert ids.tolist() == expected[position].topk(len(ids)).indices.tolist() or (
+                        (expected[position].topk(len(ids)).values - got).abs().max() < 1e-4  # ties
+                    )
+        assert len(row["token_loss"]) == len(row["token_ids"]) and min(row["token_loss"]) >= 0
+    assert errors["hint_prompt_ids"] < 1e-4 < 0.05 < errors["prompt_ids"], errors
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
+def test_sdpo_distils_from_a_successful_sibling_with_an_ema_teacher(distribution_runs):
+    run_dir, metrics = distribution_runs("sdpo")
+    assert "[cpo] teacher of the hinted pass: ema (published setting of sdpo" in (run_dir / "train.log").read_text()
+    # The EMA teacher scores step 1 with the starting model and step 2 with the average that took step 1's update.
+    assert [metrics[step]["cpo/teacher_weights_step"] for step in (1, 2)] == [0, 1]
+    assert [metrics[step]["cpo/teacher_refreshed"] for step in (1, 2)] == [0, 1]
+    dump = json.loads((run_dir / "credit" / "step_2.json").read_text())
+    rows_by_group = {}
+    for row in dump["rows"]:
+        rows_by_group.setdefault(row["uid"], []).append(row)
+    for step in (1, 2):
+        assert metrics[step]["actor/pg_loss"] == 0 and metrics[step]["cpo/topk_k"] == 100
+        assert 0 < metrics[step]["cpo/context_frac"] < 1  # about half correct: most groups have a success
+        assert metrics[step]["actor/distill_loss"] > 0
+    # In the dump: a row has a teacher context exactly when another row of its group succeeded (the dump keeps rows of
+    # every kind, so some groups are shown in part: check the rule where the dump shows a success other than the row).
+    for row in dump["rows"]:
+        others_succeeded = any(o["reward"] == 1 and o["row"] != row["row"] for o in rows_by_group[row["uid"]])
+        if others_succeeded:
+            assert row["has_context"], row["row"]
+            assert (
+                "Correct solution:" in row["hint_prompt"]
+                and "Correctly solve the original question." in row["hint_prompt"]
+            )
+        if row["kind"] in ("all_wrong",):
+            assert not row["has_context"] and row["hint_prompt"] == row["prompt"]

@@ -27,6 +27,7 @@ from treetune_recipe.cpo import cpo_credit_dump
 from treetune_recipe.cpo.config import CPOConfig
 from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig, build_dump, maybe_dump_credit, select_rows
 from treetune_scripts.credit_report import render_report
+from treetune_verl.second_log_prob import Scores
 from treetune_verl.tiny_assets import build_tiny_assets
 
 
@@ -123,7 +124,7 @@ def test_a_listed_step_reads_the_old_policys_entropy_from_a_second_actor_pass(to
 
     def second_pass(trainer, scored, **flags):
         calls.append((scored, flags))
-        return SimpleNamespace(log_probs=None, entropy=entropy)
+        return Scores(log_probs=None, entropy=entropy)
 
     monkeypatch.setattr(cpo_credit_dump, "score_batch", second_pass)
     trainer = SimpleNamespace(

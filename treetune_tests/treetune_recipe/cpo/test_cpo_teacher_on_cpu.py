@@ -14,6 +14,8 @@
 """The teacher of the hinted pass (``cpo.teacher``) and RLSD's λ schedule: resolution, validation, the start-up check
 of the reference worker a teacher needs, and the worker call that refreshes the reference from the actor."""
 
+import re
+
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -36,7 +38,10 @@ def compose_cpo(*overrides):
         ("negonly_mi3", None, "policy"),
         ("rlsd", None, "refreshed"),
         ("opsd_token", None, "initial"),
+        ("opsd", None, "initial"),
+        ("sdpo", None, "ema"),
         ("seq_kl", "initial", "initial"),
+        ("sdpo", "initial", "initial"),
         ("rlsd", "policy", "policy"),
         ("opsd_token", "refreshed", "refreshed"),
     ],
@@ -50,12 +55,19 @@ def test_null_teacher_is_the_published_setting_and_an_explicit_one_wins(wrap_met
 
 def test_rlsd_lambda_falls_linearly_to_zero_at_the_decay_step():
     # λ_t = 0.5·max(0, 1 - t/60): worked by hand at t = 1, 30, 45, 60 and past the end.
-    config = CPOConfig(wrap_method="rlsd", rlsd_lambda=0.5, rlsd_lambda_decay_steps=60)
+    # The schedule is the method's (Method.schedule), applied by CPOConfig.at_step, which the trainer calls per step.
+    config = CPOConfig.from_config({"wrap_method": "rlsd", "rlsd": {"mix_lambda": 0.5, "lambda_decay_steps": 60}})
     expected = {1: 0.5 * 59 / 60, 30: 0.25, 45: 0.125, 60: 0.0, 61: 0.0, 200: 0.0}
     for step, value in expected.items():
-        assert config.rlsd_lambda_at(step) == pytest.approx(value, abs=1e-12), step
-    constant = CPOConfig(wrap_method="rlsd", rlsd_lambda=0.3, rlsd_lambda_decay_steps=0)
-    assert [constant.rlsd_lambda_at(step) for step in (1, 60, 500)] == [0.3, 0.3, 0.3]
+        step_config, metrics = config.at_step(step)
+        assert step_config.rlsd.mix_lambda == pytest.approx(value, abs=1e-12), step
+        assert metrics == {"cpo/rlsd_lambda": pytest.approx(value, abs=1e-12)}
+        assert config.rlsd.mix_lambda == 0.5  # the run's knobs are left as configured
+    constant = CPOConfig.from_config({"wrap_method": "rlsd", "rlsd": {"mix_lambda": 0.3, "lambda_decay_steps": 0}})
+    assert [constant.at_step(step)[0].rlsd.mix_lambda for step in (1, 60, 500)] == [0.3, 0.3, 0.3]
+    # A method without a schedule keeps its config object as is.
+    plain = CPOConfig()
+    assert plain.at_step(7) == (plain, {})
 
 
 def test_a_refreshed_teacher_is_refreshed_after_every_n_th_update():
@@ -69,15 +81,17 @@ def test_a_refreshed_teacher_is_refreshed_after_every_n_th_update():
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"teacher": "frozen"}, "Unknown cpo.teacher 'frozen'. Valid values: policy, initial, refreshed"),
+        ({"teacher": "frozen"}, "Unknown cpo.teacher 'frozen'. Valid values: policy, initial, refreshed, ema"),
         ({"teacher_refresh_steps": 0}, "cpo.teacher_refresh_steps must be an integer >= 1"),
-        ({"rlsd_lambda_decay_steps": -1}, "cpo.rlsd_lambda_decay_steps must be an integer >= 0"),
-        ({"rlsd_lambda_decay_steps": 2.5}, "cpo.rlsd_lambda_decay_steps must be an integer >= 0"),
+        ({"teacher_ema_rate": 0}, "cpo.teacher_ema_rate must lie in (0, 1]"),
+        ({"teacher_ema_rate": 1.5}, "cpo.teacher_ema_rate must lie in (0, 1]"),
+        ({"rlsd": {"lambda_decay_steps": -1}}, "cpo.rlsd.lambda_decay_steps must be an integer >= 0"),
+        ({"rlsd_lambda_decay_steps": 2.5}, "cpo.rlsd.lambda_decay_steps must be an integer >= 0"),
     ],
 )
 def test_invalid_teacher_settings_raise_a_clear_error(fields, message):
-    with pytest.raises(ValueError, match=message.replace(".", r"\.")):
-        CPOConfig(**fields)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        CPOConfig.from_config(fields)
 
 
 @pytest.mark.parametrize("teacher_override", ["cpo.teacher=initial", "cpo.teacher=refreshed", "cpo.wrap_method=rlsd"])
@@ -92,9 +106,10 @@ def test_a_reference_teacher_without_a_reference_worker_stops_naming_the_fix(tea
     check_cpo_config(compose_cpo("cpo.teacher=policy", "actor_rollout_ref.actor.use_kl_loss=false"))
 
 
-def test_a_refreshed_teacher_with_lora_stops():
+@pytest.mark.parametrize("teacher", ["refreshed", "ema"])
+def test_a_teacher_whose_weights_change_with_lora_stops(teacher):
     with pytest.raises(ValueError, match="with LoRA the reference is the actor without its adapter"):
-        check_cpo_config(compose_cpo("cpo.teacher=refreshed", "actor_rollout_ref.model.lora_rank=8"))
+        check_cpo_config(compose_cpo(f"cpo.teacher={teacher}", "actor_rollout_ref.model.lora_rank=8"))
     check_cpo_config(compose_cpo("cpo.teacher=initial", "actor_rollout_ref.model.lora_rank=8"))
 
 

@@ -30,8 +30,10 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
 from treetune_recipe.cpo import cpo_ray_trainer
+from treetune_recipe.cpo.config import CPOConfig
 from treetune_recipe.cpo.cpo_advantage_wrappers import get_cpo_wrapper, rows_reading_hint
 from treetune_recipe.cpo.cpo_hint import build_hint_batch
+from treetune_recipe.cpo.teacher import Teacher
 from treetune_tests.support.cpo_trainer import FakeActorGroup, fake_log_probs, make_trainer, rollout_batch
 from treetune_tests.support.hint_batches import PROBLEMS, make_batch
 
@@ -190,10 +192,10 @@ def test_a_reference_teacher_scores_the_hint_batch_on_the_reference_worker(monke
     assert "disable_auto_offload" not in request.keys()  # the reference offloads its parameters: keep the switch
     # Both fakes score with the same function: the reference's scores, unpadded and put back in row order, are
     # what the actor's pass gives.
-    trainer.teacher = "policy"
+    reference_teacher, trainer.teacher = trainer.teacher, Teacher(CPOConfig(teacher="policy").teacher_config)
     torch.testing.assert_close(scored, trainer._score_hint_batch(hint_batch))
     assert len(trainer.actor_rollout_wg.log_prob_requests) == 1
-    trainer.teacher = teacher
+    trainer.teacher = reference_teacher
     # With the reference inside the actor (LoRA), the actor scores it without its adapter, as verl's reference pass.
     trainer.ref_in_actor, trainer.ref_policy_wg = True, None
     trainer._score_hint_batch(hint_batch)
@@ -207,8 +209,8 @@ def test_rlsd_installs_the_lambda_of_each_step_in_the_loss(monkeypatch):
         trainer.global_steps = step
         metrics = trainer._update_actor(copy.deepcopy(batch)).meta_info["metrics"]
         installed = trainer.actor_rollout_wg.loss_fns[-1].keywords["cpo"]
-        assert installed.rlsd_lambda == pytest.approx(expected) == metrics["cpo/rlsd_lambda"]
-    assert trainer.cpo_config.rlsd_lambda == 0.5  # the run's own config is left as configured
+        assert installed.rlsd.mix_lambda == pytest.approx(expected) == metrics["cpo/rlsd_lambda"]
+    assert trainer.cpo_config.rlsd.mix_lambda == 0.5  # the run's own config is left as configured
 
 
 def test_the_credit_dump_shapes_with_the_lambda_of_its_step(monkeypatch):
@@ -219,7 +221,7 @@ def test_the_credit_dump_shapes_with_the_lambda_of_its_step(monkeypatch):
     )
     trainer.global_steps = 30
     trainer._update_actor(rollout_batch(trainer))
-    assert [config.rlsd_lambda for config in dumped] == [pytest.approx(0.25)]  # λ_30 = 0.5·(1 - 30/60), not 0.5
+    assert [config.rlsd.mix_lambda for config in dumped] == [pytest.approx(0.25)]  # λ_30 = 0.5·(1 - 30/60), not 0.5
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "cpo"])

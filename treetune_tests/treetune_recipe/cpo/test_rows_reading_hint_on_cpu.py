@@ -29,12 +29,11 @@ import pytest
 import torch
 
 from treetune_recipe.cpo.cpo_advantage_wrappers import CPO_WRAPPERS, rows_reading_hint
+from treetune_recipe.cpo.peers.rlsd import RLSDKnobs
 
 ALPHAS = (0.0, None, 0.4, -0.3)
 CONFIGS = [
-    types.SimpleNamespace(
-        cpo_lambda=cpo_lambda, pos_alpha=pos_alpha, neg_alpha=neg_alpha, rlsd_lambda=0.5, rlsd_clip=0.2
-    )
+    types.SimpleNamespace(cpo_lambda=cpo_lambda, pos_alpha=pos_alpha, neg_alpha=neg_alpha, rlsd=RLSDKnobs())
     for cpo_lambda, pos_alpha, neg_alpha in itertools.product((1.5, 3.0), ALPHAS, ALPHAS)
 ]
 SEEDS = (0, 1, 2)
@@ -159,5 +158,5 @@ def test_default_seq_kl_reads_gw_on_wrong_responses_only_and_negonly_in_all_wron
 
 
 def test_unknown_wrapper_is_a_clear_error():
-    with pytest.raises(ValueError, match="Unknown CPO wrap_method 'seqkl'"):
+    with pytest.raises(ValueError, match="Unknown cpo.wrap_method 'seqkl'"):
         rows_reading_hint("seqkl", seq_rewards=torch.ones(2), difficulty=torch.zeros(2), cfg=CONFIGS[0])

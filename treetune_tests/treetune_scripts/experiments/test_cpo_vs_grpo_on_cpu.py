@@ -63,23 +63,42 @@ def test_a_cpo_method_can_set_its_alphas_and_names_its_run_folder_after_them(tmp
     overrides = cpo_vs_grpo.method_overrides("cpo:mi3@pos_alpha=0.3@neg_alpha=0.5")
     assert overrides == ["algorithm.adv_estimator=cpo", "cpo.wrap_method=mi3", "cpo.pos_alpha=0.3", "cpo.neg_alpha=0.5"]
     assert cpo_vs_grpo.run_name("cpo:seq_kl@neg_alpha=0.5", 2) == "cpo_seq_kl_neg_alpha0.5__seed2"
-    for bad in ("cpo:seq_kl@loss_position=first", "cpo:seq_kl@neg_alpha=half", "cpo:seq_kl@neg_alpha"):
-        with pytest.raises(cpo_vs_grpo.ExperimentError, match="must be <key>=<number>"):
+    # Any cpo key the recipe takes, a method's own block included; the recipe's own check names what is wrong.
+    assert cpo_vs_grpo.method_overrides("cpo:rlsd@rlsd.clip=0.1")[-1] == "cpo.rlsd.clip=0.1"
+    for bad, why in (
+        ("cpo:seq_kl@neg_alpha=half", "must be a number"),
+        ("cpo:seq_kl@neg_alph=0.5", "has no key 'neg_alph'"),
+        ("cpo:rlsd@rlsd.clip=2", r"cpo.rlsd.clip must lie in \[0, 1\)"),
+        ("cpo:seq_kl@teacher=frozen", "Unknown cpo.teacher 'frozen'"),
+        ("cpo:sdpoo", "unknown method 'cpo:sdpoo'"),
+    ):
+        with pytest.raises(cpo_vs_grpo.ExperimentError, match=why):
             cpo_vs_grpo.parse_methods(bad)
     assert cpo_vs_grpo.parse_methods(cpo_vs_grpo.DEFAULT_METHODS)[2] == "cpo:seq_kl@teacher=initial"
 
 
-def test_a_method_can_choose_its_teacher_and_the_peers_run_their_official_settings():
+def test_the_experiment_names_no_method_setting_of_its_own():
+    """A peer's published settings (teacher, sampling, updates per rollout) are the recipe's, applied when the
+    method is selected (treetune_recipe/cpo/config.py:apply_method_run_settings): a method's row differs from another
+    only in its cpo keys."""
     assert cpo_vs_grpo.method_overrides("cpo:seq_kl@teacher=initial")[-1] == "cpo.teacher=initial"
     assert cpo_vs_grpo.run_name("cpo:seq_kl@teacher=initial", 0) == "cpo_seq_kl_teacherinitial__seed0"
-    with pytest.raises(cpo_vs_grpo.ExperimentError, match="teacher=policy|initial|refreshed"):
-        cpo_vs_grpo.parse_methods("cpo:seq_kl@teacher=frozen")
-    rlsd = cpo_vs_grpo.method_overrides("cpo:rlsd")
-    assert {"actor_rollout_ref.actor.clip_ratio_high=0.28", "actor_rollout_ref.actor.kl_loss_coef=0"} <= set(rlsd)
-    assert not any("teacher" in override for override in rlsd)  # the published teacher is the recipe's default
-    opsd = cpo_vs_grpo.method_overrides("cpo:opsd_token")
-    assert "actor_rollout_ref.actor.ppo_mini_batch_size=${data.train_batch_size}" in opsd
-    assert not [o for o in cpo_vs_grpo.method_overrides("cpo:seq_kl") if o.startswith("actor_rollout_ref.")]
+    for method in ("cpo:rlsd", "cpo:opsd", "cpo:opsd_token", "cpo:sdpo"):
+        assert cpo_vs_grpo.method_overrides(method) == ["algorithm.adv_estimator=cpo", f"cpo.wrap_method={method[4:]}"]
+    assert {"cpo:opsd", "cpo:sdpo", "cpo:rlsd"} <= set(cpo_vs_grpo.parse_methods(cpo_vs_grpo.DEFAULT_METHODS))
+
+
+def test_a_peers_published_settings_win_over_the_tasks_shared_ones(tmp_path):
+    # The task runs two updates per step (mini-batch 8 of 16 prompts); a peer published with one update per rollout
+    # batch runs one: the task's key is left out, so the recipe applies the method's (mini-batch = batch).
+    schedule = cpo_vs_grpo.QUICK_SCHEDULE
+    mini_batch = "actor_rollout_ref.actor.ppo_mini_batch_size=8"
+    assert mini_batch in cpo_vs_grpo.run_overrides(tmp_path, "grpo", 0, schedule, dump_credit=False)
+    assert mini_batch in cpo_vs_grpo.run_overrides(tmp_path, "cpo:seq_kl", 0, schedule, dump_credit=False)
+    for peer in ("cpo:rlsd", "cpo:opsd", "cpo:opsd_token", "cpo:sdpo"):
+        overrides = cpo_vs_grpo.run_overrides(tmp_path, peer, 0, schedule, dump_credit=False)
+        assert mini_batch not in overrides, peer
+        assert not any(o.startswith("actor_rollout_ref.actor.ppo_mini_batch_size") for o in overrides), peer
 
 
 def test_only_the_cpo_keys_differ_between_methods(tmp_path):

@@ -1,0 +1,100 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""SDPO, self-distillation policy optimisation (arXiv 2601.20802; official code ``lasgroup/SDPO``, a verl fork): the
+policy, shown a response of the same prompt group that the verifier accepted, teaches the policy without it; the loss
+is an α-mixture JSD over the student's top-k (plus a tail bucket), weighted by a clipped importance ratio, and it
+replaces the policy-gradient loss. The teacher is an exponential moving average of the policy. Agent-docs page:
+``agent-docs/methods/sdpo.md``. The whole method is declared here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from treetune_recipe.cpo.distribution_losses import clipped_importance_weight, sdpo_token_loss
+from treetune_recipe.cpo.methods import Method, register_method
+
+
+@dataclass(frozen=True)
+class SDPOKnobs:
+    """``cpo.sdpo.*``: the published defaults of ``sdpo.yaml`` (Qwen3-8B runs)."""
+
+    alpha: float = field(
+        default=0.5,
+        metadata={"help": "α in [0, 1]: 0 gives KL(T‖S), 1 gives KL(S‖T), between: the α-mixture JSD (default 0.5)."},
+    )
+    top_k: int = field(
+        default=100,
+        metadata={"help": "k of the student's top-k (plus one tail bucket for the rest of the mass); 0: all ids."},
+    )
+    is_clip: float = field(
+        default=2.0,
+        metadata={"help": "Each token's loss is weighted by the detached ratio π/π_old clipped at this value (> 0)."},
+    )
+    exclude_self: bool = field(
+        default=True,
+        metadata={"help": "A correct sample is never its own teacher's context (dont_reprompt_on_self_success)."},
+    )
+
+    def __post_init__(self):
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float) or not 0 <= self.alpha <= 1:
+            raise ValueError(f"cpo.sdpo.alpha must lie in [0, 1], got {self.alpha!r}.")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"cpo.sdpo.top_k must be an integer >= 0 (0: every id), got {self.top_k!r}.")
+        if isinstance(self.is_clip, bool) or not isinstance(self.is_clip, int | float) or not self.is_clip > 0:
+            raise ValueError(f"cpo.sdpo.is_clip must be a number > 0, got {self.is_clip!r}.")
+        if not isinstance(self.exclude_self, bool):
+            raise ValueError(f"cpo.sdpo.exclude_self must be true or false, got {self.exclude_self!r}.")
+
+
+def sdpo_divergence(student: torch.Tensor, teacher: torch.Tensor, knobs: SDPOKnobs) -> torch.Tensor:
+    """Per token: the α-divergence of the (k+1)-way distributions [p(top-k ids), 1 - Σ p] of student and teacher,
+    ``student``/``teacher`` being full-vocabulary log-probs at the student's top-k ids ``[B, T, k]``.
+
+    The official ``core_algos.py`` self-distillation loss; the loss multiplies it by :func:`sdpo_weight` and averages
+    over the tokens that have a teacher context. Remaining differences are listed on the method's agent-docs page.
+    """
+    return sdpo_token_loss(student, teacher, knobs.alpha)
+
+
+def sdpo_weight(log_probs: torch.Tensor, old_log_probs: torch.Tensor, knobs: SDPOKnobs) -> torch.Tensor:
+    """w = min(π/π_old, ``is_clip``) per token, detached (π the policy in the update, π_old the rollout policy)."""
+    return clipped_importance_weight(log_probs, old_log_probs, max_ratio=knobs.is_clip)
+
+
+register_method(
+    Method(
+        name="sdpo",
+        family="sdpo",
+        summary="min(π/π_old, 2)·JSD_α over the student's top-k + tail, teacher shown a successful sibling; "
+        "replaces the PG loss",
+        token_loss=sdpo_divergence,
+        token_weight=sdpo_weight,
+        replaces_policy_loss=True,
+        teacher_pass="student_topk",
+        topk="top_k",
+        context="successful_sibling",
+        published_teacher="ema",
+        knobs=SDPOKnobs,
+        # sdpo.yaml / run_sdpo_all.sh: mini-batch = batch (one update per rollout, so the student at the update is the
+        # rollout policy whose top-k the teacher is read at); no KL loss (the reference worker that holds the EMA
+        # teacher exists only with the KL loss on: it stays on with weight 0).
+        run_settings=(
+            "actor_rollout_ref.actor.kl_loss_coef=0",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=${data.train_batch_size}",
+        ),
+    )
+)

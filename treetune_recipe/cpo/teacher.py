@@ -1,0 +1,84 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The teacher of a run, as one object: which worker scores it, when its weights change and what it logs.
+
+:class:`Teacher` wraps the resolved :class:`treetune_recipe.cpo.config.TeacherConfig` with the run's state. The
+trainer calls :meth:`Teacher.before_reference_pass` before verl's reference pass of each step (a ``refreshed`` teacher
+takes the actor's weights when due, or after a resume), :meth:`Teacher.after_update` after each actor update (an
+``ema`` teacher moves towards the actor) and :meth:`Teacher.metrics` once per step.
+"""
+
+from __future__ import annotations
+
+from treetune_recipe.cpo.config import TEACHERS, TeacherConfig
+
+#: The metric set to 1 for the run's teacher, one name per teacher (``cpo.teacher``).
+TEACHER_METRICS = {name: f"cpo/teacher/{name}" for name in TEACHERS}
+
+
+class Teacher:
+    """The run's teacher (see the module docstring). ``weights_step`` is the number of updates the weights it scores
+    with have seen: the step before for ``policy``, 0 for ``initial``, the last refresh's for ``refreshed``, and for
+    ``ema`` the last update it averaged in."""
+
+    def __init__(self, config: TeacherConfig):
+        self.config = config
+        self.name = config.name
+        self.weights_step: int | None = None
+        self.changed_this_step = False
+
+    @property
+    def scorer(self) -> str:
+        """The model ``score_batch`` scores it with: ``actor`` or ``reference``."""
+        return "reference" if self.config.on_reference_worker else "actor"
+
+    def before_reference_pass(self, step: int, actor_rollout_wg) -> None:
+        """A ``refreshed`` teacher takes the actor's weights when its refresh is due at ``step``, and on the first step
+        after a resume (verl does not checkpoint the reference: it holds the starting model again). An ``ema`` teacher
+        resumed the same way restarts from the resumed actor (its average is not checkpointed either)."""
+        if self.name not in ("refreshed", "ema"):
+            return
+        resumed = self.weights_step is None and step > 1
+        if resumed:
+            print(
+                f"[cpo] resumed at step {step}: the reference weights are the starting model's (verl does not "
+                f"checkpoint them); the {self.name} teacher takes the resumed actor's weights now."
+            )
+        if resumed or self.config.refresh_due(step):
+            # SYNC WARNING: treetune_verl/reference_refresh.py relies on the fused ActorRolloutRefWorker
+            actor_rollout_wg.copy_actor_weights_to_reference()
+            self.weights_step = step - 1
+            self.changed_this_step = True
+        elif self.weights_step is None:
+            self.weights_step = 0
+
+    def after_update(self, step: int, actor_rollout_wg) -> None:
+        """An ``ema`` teacher: θ_T ← (1-τ)·θ_T + τ·θ with the actor's weights after the update of ``step``."""
+        if self.name != "ema":
+            return
+        actor_rollout_wg.ema_actor_weights_into_reference(self.config.ema_rate)
+        self.weights_step = step
+        self.changed_this_step = True
+
+    def metrics(self, step: int) -> dict[str, float]:
+        """``cpo/teacher/<name>`` = 1, ``cpo/teacher_weights_step`` (updates seen by the weights it scored with this
+        step) and ``cpo/teacher_refreshed`` (1 at a step whose teacher weights changed); resets the flag."""
+        weights_step = {"policy": step - 1, "initial": 0}.get(self.name, self.weights_step)
+        metrics = {
+            TEACHER_METRICS[self.name]: 1.0,
+            "cpo/teacher_weights_step": float(weights_step or 0),
+            "cpo/teacher_refreshed": float(self.changed_this_step),
+        }
+        self.changed_this_step = False
+        return metrics

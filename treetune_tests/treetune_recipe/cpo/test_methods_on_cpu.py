@@ -1,0 +1,183 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The method registry: every method one declaration, the config built from it (defaults written once, one typed block
+per method, renamed keys kept as aliases), the published run settings applied on selection with the user's override
+winning, and no consumer naming a method."""
+
+import ast
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME
+from treetune_recipe.cpo.config import (
+    CPOConfig,
+    apply_method_run_settings,
+    check_cpo_overrides,
+    config_defaults,
+    translate_alias_overrides,
+)
+from treetune_recipe.cpo.methods import METHODS, Method, all_methods, get_method
+from treetune_recipe.cpo.peers.sdpo import SDPOKnobs
+from treetune_recipe.cpo.preflight import check_cpo_config
+from treetune_verl.preflight import PreflightError
+from treetune_verl.version import verl_is
+
+REFERENCE_WRAPPERS = (
+    "naive naive_qwen3 noaccmask mi mi_accmask mi_unify mi_clamp_unify mi_clamp_unify_difficulty mi3 negonly_mi3 "
+    "negonly_mi reverse_mi3 addition_mi3 mi2 negonly_seq_kl seq_kl negonly_tok_kl tok_kl"
+).split()
+RECIPE = Path(CONFIG_DIR).parent
+
+
+def compose_cpo(*overrides):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        return compose(CONFIG_NAME, overrides=["platform=cpu", *overrides])
+
+
+def test_the_registry_holds_the_18_wrappers_then_the_peers():
+    names = list(all_methods())
+    assert sorted(names[:18]) == sorted(REFERENCE_WRAPPERS) and names[18:] == ["rlsd", "opsd", "opsd_token", "sdpo"]
+    assert {name for name, m in METHODS.items() if m.distribution_level} == {"opsd", "sdpo"}
+    with pytest.raises(ValueError, match="Unknown cpo.wrap_method 'sdp'. Valid names: naive, .*, sdpo"):
+        get_method("sdp")
+
+
+def test_sdpo_is_declared_whole_in_one_place():
+    sdpo = get_method("sdpo")
+    assert sdpo.token_loss.__module__ == sdpo.token_weight.__module__ == "treetune_recipe.cpo.peers.sdpo"
+    assert (sdpo.teacher_pass, sdpo.context, sdpo.published_teacher) == ("student_topk", "successful_sibling", "ema")
+    assert sdpo.replaces_policy_loss and sdpo.knobs is SDPOKnobs and sdpo.topk == "top_k"
+    assert SDPOKnobs() == SDPOKnobs(alpha=0.5, top_k=100, is_clip=2.0, exclude_self=True)
+    assert "actor_rollout_ref.actor.ppo_mini_batch_size=${data.train_batch_size}" in sdpo.run_settings
+
+
+def test_a_declaration_that_cannot_run_is_refused():
+    with pytest.raises(ValueError, match="exactly one of advantage= and token_loss="):
+        Method(name="x", family="cpo", summary="", advantage=None)
+    with pytest.raises(ValueError, match="a token loss needs a top-k teacher pass"):
+        Method(name="x", family="opsd", summary="", token_loss=print, knobs=SDPOKnobs, topk="top_k")
+    with pytest.raises(ValueError, match="a sibling context needs the knob exclude_self"):
+        Method(name="x", family="cpo", summary="", advantage=print, context="successful_sibling")
+    with pytest.raises(ValueError, match="alias 'old' names no knob 'new'"):
+        Method(name="x", family="sdpo", summary="", advantage=print, knobs=SDPOKnobs, aliases={"old": "new"})
+
+
+def test_each_default_is_written_once_and_the_composed_block_is_the_dataclass():
+    recipe_yaml = yaml.safe_load((CONFIG_DIR / f"{CONFIG_NAME}.yaml").read_text())
+    assert "cpo" not in recipe_yaml and "cpo_defaults" in recipe_yaml["defaults"]
+    composed = OmegaConf.to_container(compose_cpo().cpo, resolve=True)
+    assert composed == config_defaults()
+    assert CPOConfig.from_config(composed) == CPOConfig()
+    assert set(composed) >= {"rlsd", "opsd", "sdpo"} and "opsd_token" not in composed  # a block per method with knobs
+    assert all(
+        f.metadata.get("help")
+        for cls in (CPOConfig, *[m.knobs for m in METHODS.values() if m.knobs])
+        for f in dataclasses.fields(cls)
+        if f.init
+    )
+
+
+def test_a_renamed_key_is_an_alias_that_says_what_replaced_it(capsys):
+    assert translate_alias_overrides(["cpo.rlsd_lambda=0.3", "+cpo.rlsd_clip=0.1", "cpo.neg_alpha=1"]) == [
+        "cpo.rlsd.mix_lambda=0.3",
+        "+cpo.rlsd.clip=0.1",
+        "cpo.neg_alpha=1",
+    ]
+    assert "cpo.rlsd_lambda is now cpo.rlsd.mix_lambda" in capsys.readouterr().out
+    assert CPOConfig.from_config({"wrap_method": "rlsd", "rlsd_lambda_decay_steps": 0}).rlsd.lambda_decay_steps == 0
+    assert "cpo.rlsd_lambda_decay_steps is now cpo.rlsd.lambda_decay_steps" in capsys.readouterr().out
+    config = compose_cpo(*check_cpo_overrides(["cpo.wrap_method=rlsd", "cpo.rlsd_lambda=0.25"]))
+    assert CPOConfig.from_config(config.cpo).rlsd.mix_lambda == 0.25
+
+
+def test_selecting_a_method_applies_its_published_run_settings_and_the_user_wins():
+    config = compose_cpo("cpo.wrap_method=opsd", "actor_rollout_ref.rollout.top_k=5")
+    applied = apply_method_run_settings(config, ["cpo.wrap_method=opsd", "actor_rollout_ref.rollout.top_k=5"])
+    rollout = config.actor_rollout_ref.rollout
+    assert (rollout.temperature, rollout.top_p, rollout.top_k) == (1.1, 0.95, 5)  # top_k: the user's
+    assert "actor_rollout_ref.rollout.top_k=20" not in applied and "actor_rollout_ref.rollout.top_p=0.95" in applied
+    assert config.actor_rollout_ref.actor.ppo_mini_batch_size == config.data.train_batch_size
+    assert config.actor_rollout_ref.actor.kl_loss_coef == 0
+    rlsd = compose_cpo("cpo.wrap_method=rlsd")
+    apply_method_run_settings(rlsd, [])
+    assert (rlsd.actor_rollout_ref.actor.clip_ratio_high, rlsd.actor_rollout_ref.actor.ppo_mini_batch_size) == (
+        0.28,
+        rlsd.data.train_batch_size,
+    )
+    plain = compose_cpo()
+    assert apply_method_run_settings(plain, []) == [] and plain == compose_cpo()
+    grpo = compose_cpo("algorithm.adv_estimator=grpo", "cpo.wrap_method=opsd")
+    assert apply_method_run_settings(grpo, []) == []
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "config.py",
+        "cpo_ray_trainer.py",
+        "preflight.py",
+        "cpo_loss.py",
+        "teacher.py",
+        "teacher_context.py",
+        "cpo_credit_dump.py",
+        "main_cpo.py",
+        "../../treetune_scripts/experiments/cpo_vs_grpo.py",
+    ],
+)
+def test_the_consumers_never_name_a_method(module):
+    """No string literal of the config, the trainer, the preflight, the loss or the experiment is a method's name
+    (docstrings and comments aside): what they do comes from the method's declaration."""
+    tree = ast.parse((RECIPE / module).read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    names = set(all_methods())
+    named = [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and (node.value in names or re.fullmatch(r"(cpo:)?(rlsd|opsd|opsd_token|sdpo)(_.*)?", node.value))
+    ]
+    # The one name allowed: the selector's default, cpo.wrap_method = seq_kl (the reference's main run).
+    allowed = ["seq_kl"] if module == "config.py" else []
+    assert named == allowed, f"{module} names {named}"
+
+
+def test_a_distribution_level_method_needs_the_logits_hook_of_verl_0_9():
+    opsd = compose_cpo("cpo.wrap_method=opsd")
+    if verl_is("0.7.1"):
+        with pytest.raises(PreflightError) as stopped:
+            check_cpo_config(opsd)
+        assert "cpo.wrap_method=opsd reads top-k distributions" in str(stopped.value) and "verl 0.9" in str(
+            stopped.value
+        )
+        assert "\n" not in str(stopped.value)
+    else:
+        check_cpo_config(opsd)
+        with pytest.raises(PreflightError, match="use_fused_kernels=false"):
+            check_cpo_config(compose_cpo("cpo.wrap_method=sdpo", "actor_rollout_ref.model.use_fused_kernels=true"))
+    check_cpo_config(compose_cpo("cpo.wrap_method=opsd_token"))  # the sampled-token form runs on both releases
