@@ -41,7 +41,7 @@ from verl.workers.engine_workers import ActorRolloutRefWorker
 from treetune_verl.distribution_pass import topk_log_probs_from_request
 
 
-def _local(tensor: torch.Tensor) -> torch.Tensor:
+def local_shard(tensor: torch.Tensor) -> torch.Tensor:
     """The process-local shard of an FSDP2 ``DTensor`` parameter, or the tensor itself (FSDP1 flat parameter)."""
     return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
@@ -64,16 +64,16 @@ def copy_parameters(source: torch.nn.Module, target: torch.nn.Module, rate: floa
     if source_params.keys() != target_params.keys():
         differ = sorted(source_params.keys() ^ target_params.keys())
         raise ValueError(f"actor and reference have different parameters, e.g. {differ[:3]}")
-    shapes = {name: (_local(p).shape, _local(target_params[name]).shape) for name, p in source_params.items()}
+    shapes = {name: (local_shard(p).shape, local_shard(target_params[name]).shape) for name, p in source_params.items()}
     mismatched = {name: pair for name, pair in shapes.items() if pair[0] != pair[1]}
     if mismatched:
         raise ValueError(f"actor and reference shards differ in shape (different sharding?): {mismatched}")
     for name, param in source_params.items():
-        target_shard = _local(target_params[name])
+        target_shard = local_shard(target_params[name])
         if rate == 1.0:
-            target_shard.copy_(_local(param))
+            target_shard.copy_(local_shard(param))
         else:
-            target_shard.lerp_(_local(param).to(device=target_shard.device, dtype=target_shard.dtype), rate)
+            target_shard.lerp_(local_shard(param).to(device=target_shard.device, dtype=target_shard.dtype), rate)
     return len(source_params)
 
 

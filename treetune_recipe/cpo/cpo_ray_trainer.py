@@ -57,7 +57,7 @@ from treetune_recipe.cpo.cpo_credit_dump import maybe_dump_credit
 from treetune_recipe.cpo.cpo_hint import build_hint_batch
 from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, TEACHER_TOPK_LOG_PROBS, TOPK_IDS, context_rows_only, cpo_ppo_loss
 from treetune_recipe.cpo.preflight import cpo_is_enabled
-from treetune_recipe.cpo.teacher import TEACHER_METRICS, Teacher  # noqa: F401  (TEACHER_METRICS: re-exported)
+from treetune_recipe.cpo.teacher import Teacher
 from treetune_recipe.cpo.teacher_context import build_teacher_batch
 from treetune_verl.patches import request_entropy_in_actor_updates
 from treetune_verl.rollout_health import RolloutHealthMixin

@@ -46,6 +46,7 @@ from verl.workers.utils.padding import left_right_2_no_padding
 from treetune_recipe.cpo.config import CPOConfig
 from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, TEACHER_TOPK_LOG_PROBS, TOPK_IDS, context_rows_only, cpo_ppo_loss
 from treetune_tests.support import engine_harness as harness
+from treetune_tests.support.shards import load_shards, local_shards
 
 #: Sampling temperature of the batch (OPSD's τ): every log-softmax, the engine's and the expected one, is of logits/τ.
 TEMPERATURE = 1.1
@@ -326,18 +327,6 @@ def expected_update(engine: dict, case: Case, inputs: Inputs, control: str | Non
 # ----------------------------------------------------------------------------------------------------------------------
 # The engine update
 # ----------------------------------------------------------------------------------------------------------------------
-
-
-def local_shards(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {
-        name: (p.to_local() if hasattr(p, "to_local") else p).detach().clone() for name, p in module.named_parameters()
-    }
-
-
-@torch.no_grad()
-def load_shards(module: torch.nn.Module, shards: dict[str, torch.Tensor]) -> None:
-    for name, p in module.named_parameters():
-        (p.to_local() if hasattr(p, "to_local") else p).copy_(shards[name])
 
 
 def case_batch(engine: dict, inputs: Inputs) -> DataProto:

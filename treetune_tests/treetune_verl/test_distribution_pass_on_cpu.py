@@ -31,6 +31,7 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
 from treetune_tests.support import engine_harness as harness
+from treetune_tests.support.shards import load_shards, local_shards
 from treetune_verl.distribution_pass import (
     TOPK_K,
     check_distribution_support,
@@ -238,18 +239,6 @@ def update_request(batch: DataProto):
         compute_loss=True,
     )
     return data
-
-
-def local_shards(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {
-        name: (p.to_local() if hasattr(p, "to_local") else p).detach().clone() for name, p in module.named_parameters()
-    }
-
-
-@torch.no_grad()
-def load_shards(module: torch.nn.Module, shards: dict[str, torch.Tensor]) -> None:
-    for name, p in module.named_parameters():
-        (p.to_local() if hasattr(p, "to_local") else p).copy_(shards[name])
 
 
 @needs_hook
