@@ -126,8 +126,10 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         # (the shaped advantages are the same either way: cpo_advantage_wrappers.rows_reading_hint).
         dump_step = self.global_steps in self.cpo_config.credit_dump.steps
         if self.method.distribution_level:
-            scored_rows, hint_metrics, hint_batch = self._distribution_teacher_pass(batch, seq_rewards, timing)
+            hint_metrics, hint_batch = self._distribution_teacher_pass(batch, seq_rewards, timing)
+            # No sampled-token pass: gw_log_probs = old_log_probs, and no row's δ statistics are logged.
             gw_log_probs = batch.batch["old_log_probs"].clone()
+            scored_rows = torch.zeros(len(batch), dtype=torch.bool)
         else:
             gw_log_probs, scored_rows, hint_metrics, hint_batch = self._hint_log_probs(
                 batch, seq_rewards, difficulty, timing, score_all=dump_step
@@ -177,7 +179,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
 
     def _distribution_teacher_pass(
         self, batch: DataProto, seq_rewards: torch.Tensor, timing: dict[str, float]
-    ) -> tuple[torch.Tensor, dict[str, float], DataProto]:
+    ) -> tuple[dict[str, float], DataProto]:
         """Add the top-k ids, the teacher's log-probs there and the context mask to ``batch`` (``cpo_loss``'s keys).
 
         The teacher prompt of every row comes from the method's context (``teacher_context.build_teacher_batch``). The
@@ -185,8 +187,8 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         (``student_topk``: with one update per rollout batch the rollout policy is the student at the update).
 
         Returns:
-            ``(has_context bool [B], metrics, teacher_batch)``; metrics: the context's, ``cpo/topk_k`` and
-            ``cpo/topk_bytes`` (bytes of the two top-k tensors of the step).
+            ``(metrics, teacher_batch)``; metrics: the context's (``cpo/context_frac``, ``cpo/context_token_frac``),
+            ``cpo/topk_k`` and ``cpo/topk_bytes`` (bytes of the two top-k tensors of the step).
         """
         method, knobs = self.method, self.cpo_config.knobs
         k = getattr(knobs, method.topk)
@@ -223,7 +225,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         plain_tokens = batch.batch["attention_mask"].sum()
         metrics["cpo/hint_token_ratio"] = (teacher_batch.batch["attention_mask"].sum() / plain_tokens).item()
         metrics["cpo/hint_rows_frac"] = 1.0
-        return has_context, metrics, teacher_batch
+        return metrics, teacher_batch
 
     def _hint_log_probs(
         self,
