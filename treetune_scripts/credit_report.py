@@ -96,15 +96,19 @@ def second_value(row: dict, i: int) -> float:
 
 def _token_span(row: dict, i: int, delta_scale: float) -> str:
     change = second_value(row, i)
-    title = (
-        f"token {i}: {row['tokens'][i]!r}\nδ = {row['delta'][i]:.6f} (g = {row['gw_log_probs'][i]:.6f}, "
-        f"o = {row['old_log_probs'][i]:.6f})\nentropy = {row['entropy'][i]:.6f}\n"
-    )
+    title = f"token {i}: {row['tokens'][i]!r}\n"
     if "advantage_shaped" in row:
-        title += f"advantage {row['advantage'][i]:.6f} -> {row['advantage_shaped'][i]:.6f} (change {change:.6f})"
-    else:
+        title += (
+            f"δ = {row['delta'][i]:.6f} (g = {row['gw_log_probs'][i]:.6f}, o = {row['old_log_probs'][i]:.6f})\n"
+            f"entropy = {row['entropy'][i]:.6f}\n"
+            f"advantage {row['advantage'][i]:.6f} -> {row['advantage_shaped'][i]:.6f} (change {change:.6f})"
+        )
+    else:  # a distribution-level method reads no sampled-token δ (g = o there)
         top = ", ".join(f"{text!r} {log_prob:.3f}" for _, text, log_prob in row["teacher_topk"][i])
-        title += f"token loss {change:.6f}\nteacher's top ids: {top}"
+        title += (
+            f"o = {row['old_log_probs'][i]:.6f}, entropy = {row['entropy'][i]:.6f}\ntoken loss {change:.6f}\n"
+            f"teacher's top ids: {top}"
+        )
     return (
         f'<span class="tok" data-delta="{row["delta"][i]!r}" data-adv="{change!r}" title="{html.escape(title)}" '
         f'style="background:{_background(row["delta"][i], delta_scale)}">{html.escape(row["tokens"][i])}</span>'

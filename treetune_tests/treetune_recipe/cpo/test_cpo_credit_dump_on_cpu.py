@@ -26,6 +26,7 @@ from verl import DataProto
 from treetune_recipe.cpo import cpo_credit_dump
 from treetune_recipe.cpo.config import CPOConfig
 from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig, build_dump, maybe_dump_credit, select_rows
+from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, TEACHER_TOPK_LOG_PROBS, TOPK_IDS
 from treetune_scripts.credit_report import render_report
 from treetune_verl.second_log_prob import Scores
 from treetune_verl.tiny_assets import build_tiny_assets
@@ -155,3 +156,30 @@ def test_report_shows_every_token_with_its_exact_values_escaped(tokenizer):
     ]
     assert [(float(d), t) for d, _, t in spans] == [(float(d), t) for d, t in expected]
     assert "&lt;b&gt;" in page and "<script>" in page and "http" not in page
+
+
+@pytest.mark.parametrize("method", ["opsd", "sdpo"])
+def test_a_distribution_level_dump_holds_the_context_the_teachers_top_ids_and_the_token_loss(tokenizer, method):
+    batch, hint = _batch(tokenizer)
+    torch.manual_seed(1)
+    k, vocab = 4, 50
+    student, teacher = torch.log_softmax(torch.randn(4, 3, vocab), -1), torch.log_softmax(torch.randn(4, 3, vocab), -1)
+    ids = teacher.topk(k, dim=-1).indices
+    batch.batch[TOPK_IDS], batch.batch[TEACHER_TOPK_LOG_PROBS] = ids, teacher.gather(-1, ids)
+    batch.batch[CONTEXT_MASK] = torch.tensor([1.0, 1.0, 0.0, 1.0])
+    cpo_config = CPOConfig.from_config({"wrap_method": method})
+    at_ids = student.gather(-1, ids)
+    dump = build_dump(batch, hint, torch.rand(4, 3), tokenizer, cpo_config, step=2, max_rows=8, student_topk=at_ids)
+    expected = cpo_config.method.token_loss(at_ids, teacher.gather(-1, ids), cpo_config.knobs)
+    for row in dump["rows"]:
+        r, valid = row["row"], batch.batch["response_mask"][row["row"]].bool()
+        assert "advantage_shaped" not in row and row["has_context"] == bool(batch.batch[CONTEXT_MASK][r])
+        torch.testing.assert_close(torch.tensor(row["token_loss"]), expected[r][valid], atol=1e-6, rtol=0)
+        first = row["teacher_topk"][0]  # the teacher's most likely ids first, [id, text, log-prob]
+        assert [entry[0] for entry in first] == ids[r, 0, : len(first)].tolist()
+        assert first[0][2] == pytest.approx(teacher[r, 0].max().item(), abs=1e-6)
+    # The report colours the second mode by the token loss and names the teacher's top ids on hover.
+    page = render_report([dump], per_kind=1)
+    losses = [float(v) for v in re.findall(r'data-adv="([^"]+)"', page)]
+    assert losses and all(loss >= 0 for loss in losses) and "teacher&#x27;s top ids" in page
+    assert "no teacher context: out of the loss" in page
