@@ -298,6 +298,28 @@ def topk_log_probs_from_request(training_worker, data: TensorDict):
 
 
 @contextlib.contextmanager
+def _rerouted(worker_group, name: str, replacement):
+    """Within the block, ``worker_group.<name>`` is ``replacement(original, data, *args, **kwargs)``; restored on exit
+    (a worker group binds its remote methods as instance attributes)."""
+    owned = name in vars(worker_group)
+    original = getattr(worker_group, name)
+
+    def call(data, *args, **kwargs):
+        if not isinstance(data, TensorDict):
+            raise TypeError(f"{name} needs the engine workers' TensorDict request here, got {type(data)}")
+        return replacement(original, data, *args, **kwargs)
+
+    setattr(worker_group, name, call)
+    try:
+        yield worker_group
+    finally:
+        if owned:
+            setattr(worker_group, name, original)
+        else:
+            delattr(worker_group, name)
+
+
+@contextlib.contextmanager
 def student_logits_in_update(worker_group):
     """Within the block, ``worker_group.update_actor`` sends ``distillation_use_topk=True`` with its request, so the
     engine calls the installed loss with ``student_logits=`` first (see the module docstring).
@@ -310,20 +332,31 @@ def student_logits_in_update(worker_group):
     check_distribution_support()
     # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._update_actor (0.9.1 l.1327-1375: the request's
     # distillation_use_topk comes from verl's distillation config, then actor_rollout_wg.update_actor(batch_td))
-    owned = "update_actor" in vars(worker_group)
-    original = worker_group.update_actor
 
-    def update_actor(data, *args, **kwargs):
-        if not isinstance(data, TensorDict):
-            raise TypeError(f"student_logits_in_update needs the engine workers' TensorDict request, got {type(data)}")
+    def update_actor(original, data, *args, **kwargs):
         tu.assign_non_tensor(data, distillation_use_topk=True)
         return original(data, *args, **kwargs)
 
-    worker_group.update_actor = update_actor
-    try:
+    with _rerouted(worker_group, "update_actor", update_actor):
         yield worker_group
-    finally:
-        if owned:
-            worker_group.update_actor = original
-        else:
-            del worker_group.update_actor
+
+
+@contextlib.contextmanager
+def topk_in_log_prob_pass(worker_group, k: int):
+    """Within the block, ``worker_group.compute_log_prob`` (verl's old-log-prob pass) runs as the worker's
+    ``compute_topk_log_prob`` with ``k``: the same forward returns the log-probs and entropy verl reads and each
+    response token's top-k ids and log-probs, which verl's pass would drop. Yields a dict that holds, after the call,
+    :class:`TopK` ``"topk"`` (``[B, T, k]``, the request's row order; 0 or the vocabulary size: every id)."""
+    check_distribution_support()
+    # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._compute_old_log_prob (0.9.1 l.1290-1325: one
+    # actor_rollout_wg.compute_log_prob(batch_td) call, of which it keeps log_probs, entropy and metrics)
+    captured: dict[str, TopK] = {}
+
+    def compute_log_prob(original, data, *args, **kwargs):
+        tu.assign_non_tensor(data, **{TOPK_K: int(k)})
+        output = worker_group.compute_topk_log_prob(data, *args, **kwargs)
+        captured["topk"] = TopK(output["topk_ids"].long(), output["topk_log_probs"].float())
+        return output
+
+    with _rerouted(worker_group, "compute_log_prob", compute_log_prob):
+        yield captured

@@ -177,14 +177,37 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         finally:
             batch.batch["response_mask"] = response_mask
 
+    def _compute_old_log_prob(self, batch: DataProto):
+        """verl's old-log-prob pass; for a method that reads the student's top-k (SDPO), the same forward also returns
+        each response token's top-k ids, kept with the step's responses for ``_distribution_teacher_pass``."""
+        self.student_topk = None
+        if not (self.cpo_enabled and self.method.teacher_pass == "student_topk"):
+            return super()._compute_old_log_prob(batch)
+        from treetune_verl.distribution_pass import topk_in_log_prob_pass
+
+        with topk_in_log_prob_pass(self.actor_rollout_wg, getattr(self.cpo_config.knobs, self.method.topk)) as pass_:
+            output = super()._compute_old_log_prob(batch)
+        self.student_topk = (batch.batch["responses"].clone(), pass_["topk"].ids)
+        return output
+
+    def _student_topk_ids(self, batch: DataProto, k: int, timing: dict[str, float]) -> torch.Tensor:
+        """The student's top-k ids of the batch's response tokens: those of the step's old-log-prob pass when it ran
+        on these very rows (same responses, same order), else from a pass of their own (e.g. verl's bypass mode)."""
+        kept = getattr(self, "student_topk", None)
+        if kept is not None and torch.equal(kept[0], batch.batch["responses"]):
+            return kept[1]
+        with marked_timer("cpo_student_topk", timing):
+            return score_batch(self, batch, on="actor", topk=k).topk_ids
+
     def _distribution_teacher_pass(
         self, batch: DataProto, seq_rewards: torch.Tensor, timing: dict[str, float]
     ) -> tuple[dict[str, float], DataProto]:
         """Add the top-k ids, the teacher's log-probs there and the context mask to ``batch`` (``cpo_loss``'s keys).
 
         The teacher prompt of every row comes from the method's context (``teacher_context.build_teacher_batch``). The
-        ids are the teacher's own top-k (``teacher_topk``) or the student's, from the plain batch on the actor
-        (``student_topk``: with one update per rollout batch the rollout policy is the student at the update).
+        ids are the teacher's own top-k (``teacher_topk``) or the student's, returned by the step's old-log-prob pass
+        on the actor (``student_topk``: with one update per rollout batch the rollout policy is the student at the
+        update).
 
         Returns:
             ``(metrics, teacher_batch)``; metrics: the context's (``cpo/context_frac``, ``cpo/context_token_frac``),
@@ -202,10 +225,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
                 hint_config=self.hint_config,
                 chat_template_kwargs=self.config.data.get("apply_chat_template_kwargs", None),
             )
-        ids = None
-        if method.teacher_pass == "student_topk":
-            with marked_timer("cpo_student_topk", timing):
-                ids = score_batch(self, batch, on="actor", topk=k).topk_ids
+        ids = self._student_topk_ids(batch, k, timing) if method.teacher_pass == "student_topk" else None
         with marked_timer("cpo_gw_log_prob", timing):
             scores = score_batch(
                 self, teacher_batch, on=self.teacher.scorer, topk=None if ids is not None else k, topk_ids=ids

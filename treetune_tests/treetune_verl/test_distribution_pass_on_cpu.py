@@ -25,6 +25,7 @@ from __future__ import annotations
 import pytest
 import torch
 from omegaconf import OmegaConf
+from tensordict import TensorDict
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils import tensordict_utils as tu
@@ -381,3 +382,31 @@ def test_release_check_names_the_reason(monkeypatch):
     monkeypatch.setattr(distribution_pass, "installed_verl_version", lambda: "0.7.1")
     with pytest.raises(RuntimeError, match=r"need verl 0\.9\.x .* installed verl is 0\.7\.1"):
         distribution_pass.check_distribution_support()
+
+
+@needs_hook
+def test_the_old_log_prob_pass_can_return_the_top_k_of_its_own_forward():
+    """verl's pass calls ``compute_log_prob`` once and keeps log_probs, entropy and metrics; inside the block the call
+    goes to ``compute_topk_log_prob`` with k, and the top-k it returns is kept for the caller; afterwards the group's
+    own method is back."""
+    from treetune_verl.distribution_pass import TOPK_K, topk_in_log_prob_pass
+
+    class Group:
+        def __init__(self):
+            self.calls = []
+
+        def compute_log_prob(self, data):
+            self.calls.append(("plain", None))
+            return TensorDict({}, batch_size=[])
+
+        def compute_topk_log_prob(self, data):
+            self.calls.append(("topk", tu.get_non_tensor_data(data=data, key=TOPK_K, default=None)))
+            return TensorDict({"topk_ids": torch.ones(2, 3, 4), "topk_log_probs": -torch.ones(2, 3, 4)}, batch_size=[])
+
+    group = Group()
+    with topk_in_log_prob_pass(group, k=4) as captured:
+        group.compute_log_prob(TensorDict({}, batch_size=[]))
+    assert group.calls == [("topk", 4)]
+    assert captured["topk"].ids.dtype == torch.long and captured["topk"].ids.shape == (2, 3, 4)
+    group.compute_log_prob(TensorDict({}, batch_size=[]))  # restored: verl's own pass again
+    assert group.calls[-1] == ("plain", None)

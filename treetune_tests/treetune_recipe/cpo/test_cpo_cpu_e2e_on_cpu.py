@@ -536,6 +536,10 @@ def test_sdpo_distils_from_a_successful_sibling_with_an_ema_teacher(distribution
         assert metrics[step]["actor/pg_loss"] == 0 and metrics[step]["cpo/topk_k"] == 100
         assert metrics[step]["cpo/context_frac"] > 0  # about half correct: most groups have a second success
         assert metrics[step]["actor/distill_loss"] > 0
+        # The student's top-k ids come from the step's old-log-prob pass (no pass of their own), whose log-probs are
+        # still the trainer's: the rollout agrees with them as in any healthy run.
+        assert "timing_s/cpo_student_topk" not in metrics[step]
+        assert abs(metrics[step]["rollout_corr/kl"]) < ROLLOUT_KL_MAX
     # In the dump: a row has a teacher context exactly when another row of its group succeeded (the dump keeps rows of
     # every kind, so some groups are shown in part: check the rule where the dump shows a success other than the row).
     for row in dump["rows"]:
