@@ -51,7 +51,9 @@ def with_rollout_log_probs(batch, shift: float):
 def test_guard_sits_between_the_trainer_and_upstream():
     mro = RayCPOTrainer.__mro__
     assert mro.index(RolloutHealthMixin) < mro.index(RayPPOTrainer)
-    assert RayCPOTrainer._compute_old_log_prob is RolloutHealthMixin._compute_old_log_prob
+    # The trainer's own pass (a student top-k for SDPO) calls super(): the guard's, which calls upstream's. The tests
+    # below drive the trainer's method and see the guard stop a broken step.
+    assert "_compute_old_log_prob" in vars(RolloutHealthMixin)
 
 
 @pytest.mark.parametrize("estimator", ["cpo", "grpo"])
