@@ -240,12 +240,10 @@ def build_hint_batch(
     group_prompts, group_lengths = left_pad(group_ids, max(map(len, group_ids)), pad_id)
     row_index = torch.as_tensor(row_to_group)
     hint_prompt_len = group_lengths[row_index]
-    tensors = assemble_rows(batch, group_prompts.index_select(0, row_index), hint_prompt_len)
     row_missing = groups.missing[row_to_group]
-    meta_info = dict(batch.meta_info)
-    # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer.fit (global_token_num = per-row attention sums)
-    meta_info["global_token_num"] = tensors["attention_mask"].sum(dim=-1).tolist()
-    hint_batch = DataProto.from_dict(tensors=tensors, non_tensors={"hint_missing": row_missing}, meta_info=meta_info)
+    hint_batch = reprompted_batch(
+        batch, group_prompts.index_select(0, row_index), hint_prompt_len, non_tensors={"hint_missing": row_missing}
+    )
 
     hinted_lengths = hint_prompt_len[torch.as_tensor(~row_missing)].float()
     metrics = {
@@ -433,7 +431,20 @@ def left_pad(token_lists: Sequence[Sequence[int]], width: int, pad_id: int) -> t
     return ids, lengths
 
 
-def assemble_rows(batch: DataProto, hint_prompts: torch.Tensor, hint_prompt_len: torch.Tensor) -> dict:
+def reprompted_batch(
+    batch: DataProto, prompts: torch.Tensor, prompt_len: torch.Tensor, non_tensors: Mapping[str, Any] | None = None
+) -> DataProto:
+    """``batch``'s responses under new prompts (``[B, W]``, left-padded, lengths ``[B]``), as a batch verl's log-prob
+    passes score: the tensors of :func:`_assemble_rows`, ``non_tensors``, and a copy of ``batch``'s ``meta_info`` with
+    ``global_token_num`` recomputed. The hint batch and a distribution-level method's teacher batch are built so."""
+    tensors = _assemble_rows(batch, prompts, prompt_len)
+    meta_info = dict(batch.meta_info)
+    # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer.fit (global_token_num = per-row attention sums)
+    meta_info["global_token_num"] = tensors["attention_mask"].sum(dim=-1).tolist()
+    return DataProto.from_dict(tensors=tensors, non_tensors=dict(non_tensors or {}), meta_info=meta_info)
+
+
+def _assemble_rows(batch: DataProto, hint_prompts: torch.Tensor, hint_prompt_len: torch.Tensor) -> dict:
     """Hint prompts ``[B, W]`` (left-padded, lengths ``[B]``) + the batch's responses -> the hint batch's tensors.
 
     Every ``[B, W+T]`` tensor is written once, in place (these are the largest tensors of the step).

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from verl import DataProto
 
-from treetune_recipe.cpo.cpo_hint import HintConfig, assemble_rows, build_hint_batch, left_pad, plain_mapping
+from treetune_recipe.cpo.cpo_hint import HintConfig, build_hint_batch, left_pad, plain_mapping, reprompted_batch
 from treetune_recipe.cpo.methods import Method
 from treetune_recipe.cpo.sibling_context import choose_successful_siblings, sibling_teacher_message, strip_thinking
 
@@ -121,11 +121,7 @@ def build_sibling_batch(
         rows.append(ids)
         has_context[row] = True
     prompts, lengths = left_pad(rows, max(map(len, rows)), pad_id)
-    tensors = assemble_rows(batch, prompts, lengths)
-    meta_info = dict(batch.meta_info)
-    # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer.fit (global_token_num = per-row attention sums)
-    meta_info["global_token_num"] = tensors["attention_mask"].sum(dim=-1).tolist()
-    teacher_batch = DataProto.from_dict(tensors=tensors, meta_info=meta_info)
+    teacher_batch = reprompted_batch(batch, prompts, lengths)
     context_lengths = lengths[has_context].float()
     metrics = {
         "cpo/context_too_long_frac": too_long / max(len(batch), 1),
