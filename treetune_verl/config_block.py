@@ -36,9 +36,14 @@ from typing import Any, TypeVar
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from verl_cpu.preflight import PreflightError
 
-__all__ = ["block_keys", "check_block_overrides", "dataclass_from_block"]
+__all__ = ["block_keys", "check_block_overrides", "dataclass_from_block", "override_key"]
 
 T = TypeVar("T")
+
+
+def override_key(text: str) -> str:
+    """The dotted key a Hydra command-line override names: ``++a.b=1``, ``+a.b=1``, ``~a.b``, ``a.b=1`` -> ``a.b``."""
+    return text.lstrip("+~").partition("=")[0]
 
 
 def block_keys(cls: type) -> list[str]:

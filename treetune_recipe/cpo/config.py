@@ -30,13 +30,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from treetune_recipe.cpo.cpo_core_algos import DIFFICULTY_MODES, LOSS_POSITIONS
 from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig
 from treetune_recipe.cpo.cpo_hint import HintConfig
 from treetune_recipe.cpo.methods import Method, all_methods, get_method
-from treetune_verl.config_block import block_keys, check_block_overrides, dataclass_from_block
+from treetune_verl.config_block import block_keys, check_block_overrides, dataclass_from_block, override_key
 
 #: Teachers of the hinted pass, i.e. whose distribution of the response under the hint prompt the method reads:
 #: ``policy``: the rollout policy, scored by the actor (moves with the student every step; CPO's own reference);
@@ -178,8 +178,8 @@ class _SharedKnobs:
         steps = self.teacher_refresh_steps
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ValueError(f"cpo.teacher_refresh_steps must be an integer >= 1, got {steps!r}.")
-        for name, value in self.blocks().items():
-            expected = dict(_block_types())[name]
+        for name, expected in _block_types():
+            value = getattr(self, name)
             if not isinstance(value, expected):
                 raise ValueError(
                     f"cpo.{name} must be a {expected.__name__}, got {value!r}; build the whole block with "
@@ -203,9 +203,10 @@ class _SharedKnobs:
         """The selected method's own block (``cpo.<wrap_method>``), or None when it has no knobs."""
         return getattr(self, self.wrap_method) if self.method.knobs is not None else None
 
-    def blocks(self) -> dict[str, Any]:
-        """Every nested block, by key."""
-        return {name: getattr(self, name) for name, _ in _block_types()}
+    @property
+    def topk(self) -> int | None:
+        """k of the selected method's top-k teacher pass (0: every id), or None for a sampled-token method."""
+        return getattr(self.knobs, self.method.topk) if self.method.distribution_level else None
 
     def at_step(self, step: int) -> tuple[CPOConfig, dict[str, float]]:
         """This config with the method's knobs of training step ``step`` (its schedule), and the schedule's metrics."""
@@ -306,26 +307,33 @@ def register_config_defaults() -> None:
     ConfigStore.instance().store(name="cpo_defaults", node={"cpo": config_defaults()})
 
 
-def apply_method_run_settings(config, user_overrides: list[str]) -> list[str]:
+class RunSettings(NamedTuple):
+    """What :func:`apply_method_run_settings` did with the method's published settings, for the start-up log."""
+
+    applied: list[str]  #: set in the config
+    kept: list[str]  #: not set: the user's override of the same key stays
+
+
+def apply_method_run_settings(config, user_overrides: list[str]) -> RunSettings:
     """Apply the selected method's published run settings outside ``cpo.*`` (``Method.run_settings``) to the composed
-    ``config``, except a key the user overrode (the user wins). Returns the settings applied, for the log."""
+    ``config``, except a key the user overrode (the user wins); nothing for another estimator than ``cpo``."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf, open_dict
 
     if config.algorithm.adv_estimator != "cpo":
-        return []
-    method = get_method(config.cpo.wrap_method)
-    user_keys = {text.lstrip("+~").partition("=")[0] for text in user_overrides}
+        return RunSettings([], [])
+    user_keys = {override_key(text) for text in user_overrides}
     parser = OverridesParser.create()
-    applied = []
-    for text in method.run_settings:
+    done = RunSettings([], [])
+    for text in get_method(config.cpo.wrap_method).run_settings:
         override = parser.parse_override(text)
         if override.key_or_group in user_keys:
+            done.kept.append(text)
             continue
         with open_dict(config):
             OmegaConf.update(config, override.key_or_group, override.value(), merge=True)
-        applied.append(text)
-    return applied
+        done.applied.append(text)
+    return done
 
 
 def _plain(obj: Any) -> Any:

@@ -14,7 +14,7 @@
 """``RayCPOTrainer``: verl's ``RayPPOTrainer`` plus the recipe's methods (CPO's hint-guided advantage shaping and its
 privileged-context peers).
 
-Upstream ``fit()`` runs unchanged. Three methods are overridden, and none names a method: each reads the selected
+Upstream ``fit()`` runs unchanged. Four methods are overridden, and none names a method: each reads the selected
 method's declaration (:mod:`treetune_recipe.cpo.methods`):
 
 * ``init_workers`` installs the recipe's loss on the actor workers (``set_loss_fn``) and makes every actor update
@@ -25,10 +25,12 @@ method's declaration (:mod:`treetune_recipe.cpo.methods`):
     (``cpo.hint.rescore=needed``, ``rows_reading_hint``; ``all``: every row) are scored under the hint prompt by the
     run's teacher (``gw_log_probs``; ``old_log_probs`` on the other rows);
   - a distribution-level method: every row's teacher prompt (``teacher_context``: the gold solution or a successful
-    sibling), the teacher's top-k log-probs under it (its own top-k, or at the student's top-k from the plain batch),
-    and the update runs with the student's logits handed to the loss (``student_logits_in_update``).
+    sibling), the teacher's top-k log-probs under it (its own top-k, or at the student's top-k from the step's
+    old-log-prob pass), and the update runs with the student's logits handed to the loss (``student_logits_in_update``).
   The method's schedule sets the step's knobs; the teacher (:class:`treetune_recipe.cpo.teacher.Teacher`) changes its
   weights before the reference pass (``refreshed``) or after the update (``ema``).
+* ``_compute_old_log_prob`` is verl's pass, which for a ``student_topk`` method also returns the student's top-k ids
+  (``topk_in_log_prob_pass``: the same forward).
 * ``_compute_ref_log_prob`` first lets the teacher take the actor's weights when due.
 
 CPO is opt-in through ``algorithm.adv_estimator=cpo``: with any other estimator this class behaves exactly like
@@ -81,6 +83,8 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
             self.hint_config = self.cpo_config.hint.resolve(self.config.data.max_prompt_length)
             self.teacher = Teacher(self.cpo_config.teacher_config)
             self.installed_config: CPOConfig | None = None
+            # (responses, top-k ids [B, T, k]) of the step's old-log-prob pass, for a student_topk method.
+            self.student_topk: tuple[torch.Tensor, torch.Tensor] | None = None
             print(f"[cpo] method: {self.method.describe()}")
             print(
                 f"[cpo] teacher of the hinted pass: {self.teacher.name} ({self.cpo_config.teacher_config.describe()})"
@@ -185,7 +189,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
             return super()._compute_old_log_prob(batch)
         from treetune_verl.distribution_pass import topk_in_log_prob_pass
 
-        with topk_in_log_prob_pass(self.actor_rollout_wg, getattr(self.cpo_config.knobs, self.method.topk)) as pass_:
+        with topk_in_log_prob_pass(self.actor_rollout_wg, self.cpo_config.topk) as pass_:
             output = super()._compute_old_log_prob(batch)
         self.student_topk = (batch.batch["responses"].clone(), pass_["topk"].ids)
         return output
@@ -193,7 +197,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
     def _student_topk_ids(self, batch: DataProto, k: int, timing: dict[str, float]) -> torch.Tensor:
         """The student's top-k ids of the batch's response tokens: those of the step's old-log-prob pass when it ran
         on these very rows (same responses, same order), else from a pass of their own (e.g. verl's bypass mode)."""
-        kept = getattr(self, "student_topk", None)
+        kept = self.student_topk
         if kept is not None and torch.equal(kept[0], batch.batch["responses"]):
             return kept[1]
         with marked_timer("cpo_student_topk", timing):
@@ -213,12 +217,11 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
             ``(metrics, teacher_batch)``; metrics: the context's (``cpo/context_frac``, ``cpo/context_token_frac``),
             ``cpo/topk_k`` and ``cpo/topk_bytes`` (bytes of the two top-k tensors of the step).
         """
-        method, knobs = self.method, self.cpo_config.knobs
-        k = getattr(knobs, method.topk)
+        method, k = self.method, self.cpo_config.topk
         with marked_timer("cpo_teacher_context", timing):
             teacher_batch, has_context, metrics = build_teacher_batch(
                 method,
-                knobs,
+                self.cpo_config.knobs,
                 batch,
                 success=seq_rewards == self.cpo_config.success_value,
                 tokenizer=self.tokenizer,

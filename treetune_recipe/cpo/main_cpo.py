@@ -33,7 +33,6 @@ from verl.trainer.main_ppo import run_ppo
 from verl.utils.device import auto_set_device
 
 from treetune_recipe.cpo.config import apply_method_run_settings, check_cpo_overrides
-from treetune_recipe.cpo.methods import get_method
 from treetune_recipe.cpo.preflight import check_cpo_run
 from treetune_verl.preflight import PreflightError, check_run_config
 from treetune_verl.run_folder import RearmSigterm, RunFolderError, exit_on_sigterm, prepare_run_folder, shutdown_ray
@@ -45,13 +44,11 @@ def main(config) -> None:
     config = migrate_legacy_reward_impl(config)
     # The selected method's published settings outside cpo.* (its sampling, updates per rollout, KL), unless the
     # command line sets the same key.
-    applied = apply_method_run_settings(config, list(HydraConfig.get().overrides.task))
-    if applied:
-        print(f"[cpo] {config.cpo.wrap_method}: published run settings applied: {' '.join(applied)}")
-    if config.algorithm.adv_estimator == "cpo":
-        kept = [setting for setting in get_method(config.cpo.wrap_method).run_settings if setting not in applied]
-        if kept:
-            print(f"[cpo] {config.cpo.wrap_method}: your overrides kept over the published {' '.join(kept)}")
+    settings = apply_method_run_settings(config, list(HydraConfig.get().overrides.task))
+    if settings.applied:
+        print(f"[cpo] {config.cpo.wrap_method}: published run settings applied: {' '.join(settings.applied)}")
+    if settings.kept:
+        print(f"[cpo] {config.cpo.wrap_method}: your overrides kept over the published {' '.join(settings.kept)}")
     try:
         check_run_config(config)
         cpo_config = check_cpo_run(config)

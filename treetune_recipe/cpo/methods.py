@@ -33,6 +33,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from treetune_verl.config_block import override_key
+
 #: What a method's teacher pass returns for every response token: ``token``: the sampled token's log-prob
 #: (``gw_log_probs``); ``teacher_topk``: the teacher's own top-k ids and log-probs; ``student_topk``: the teacher's
 #: log-probs at the student's top-k ids (taken from the rollout policy, which is the student at the update when there is
@@ -113,6 +115,11 @@ class Method:
         for old, new in self.aliases.items():
             if self.knobs is None or new not in _field_names(self.knobs):
                 raise ValueError(f"method {self.name!r}: alias {old!r} names no knob {new!r}.")
+
+    @property
+    def run_setting_keys(self) -> set[str]:
+        """The config keys :attr:`run_settings` set."""
+        return {override_key(setting) for setting in self.run_settings}
 
     @property
     def distribution_level(self) -> bool:

@@ -58,6 +58,7 @@ from treetune_scripts.experiments.warm_start import (
     val_acc_key,
     warm_start_hash,
 )
+from treetune_verl.config_block import override_key
 from treetune_verl.metrics_history import read_metrics
 from treetune_verl.tiny_run import METRICS_FILE
 
@@ -202,8 +203,7 @@ def method_run_setting_keys(method: str) -> set[str]:
 
     if method == "grpo":
         return set()
-    name = method.removeprefix("cpo:").split("@")[0]
-    return {setting.lstrip("+").partition("=")[0] for setting in get_method(name).run_settings}
+    return get_method(method.removeprefix("cpo:").split("@")[0]).run_setting_keys
 
 
 def run_name(method: str, seed: int) -> str:
@@ -220,7 +220,7 @@ def run_overrides(run_dir: Path, method: str, seed: int, schedule: Schedule, dum
     """
     published = method_run_setting_keys(method)
     overrides = [
-        *(override for override in SHARED_OVERRIDES if override.lstrip("+").partition("=")[0] not in published),
+        *(override for override in SHARED_OVERRIDES if override_key(override) not in published),
         f"trainer.test_freq={schedule.test_freq}",
         f"data.seed={seed}",
         f"++actor_rollout_ref.rollout.engine_kwargs.hf.seed={seed}",

@@ -109,10 +109,11 @@ def test_a_renamed_key_is_an_alias_that_says_what_replaced_it(capsys):
 
 def test_selecting_a_method_applies_its_published_run_settings_and_the_user_wins():
     config = compose_cpo("cpo.wrap_method=opsd", "actor_rollout_ref.rollout.top_k=5")
-    applied = apply_method_run_settings(config, ["cpo.wrap_method=opsd", "actor_rollout_ref.rollout.top_k=5"])
+    applied, kept = apply_method_run_settings(config, ["cpo.wrap_method=opsd", "actor_rollout_ref.rollout.top_k=5"])
     rollout = config.actor_rollout_ref.rollout
     assert (rollout.temperature, rollout.top_p, rollout.top_k) == (1.1, 0.95, 5)  # top_k: the user's
     assert "actor_rollout_ref.rollout.top_k=20" not in applied and "actor_rollout_ref.rollout.top_p=0.95" in applied
+    assert kept == ["actor_rollout_ref.rollout.top_k=20"]
     assert config.actor_rollout_ref.actor.ppo_mini_batch_size == config.data.train_batch_size
     assert config.actor_rollout_ref.actor.kl_loss_coef == 0
     rlsd = compose_cpo("cpo.wrap_method=rlsd")
@@ -122,9 +123,9 @@ def test_selecting_a_method_applies_its_published_run_settings_and_the_user_wins
         rlsd.data.train_batch_size,
     )
     plain = compose_cpo()
-    assert apply_method_run_settings(plain, []) == [] and plain == compose_cpo()
+    assert apply_method_run_settings(plain, []) == ([], []) and plain == compose_cpo()
     grpo = compose_cpo("algorithm.adv_estimator=grpo", "cpo.wrap_method=opsd")
-    assert apply_method_run_settings(grpo, []) == []
+    assert apply_method_run_settings(grpo, []) == ([], [])
 
 
 @pytest.mark.parametrize(
