@@ -41,7 +41,6 @@ import pytest
 import torch
 from verl import DataProto
 from verl.utils import tensordict_utils as tu
-from verl.workers.utils.padding import left_right_2_no_padding
 
 from treetune_recipe.cpo.config import CPOConfig
 from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, TEACHER_TOPK_LOG_PROBS, TOPK_IDS, context_rows_only, cpo_ppo_loss
@@ -343,19 +342,8 @@ def case_batch(engine: dict, inputs: Inputs) -> DataProto:
 def engine_update(engine: dict, case: Case, inputs: Inputs) -> dict:
     """One actor update of the plain batch with the case's keys, as ``RayPPOTrainer._update_actor`` inside
     ``student_logits_in_update``; the actor's weights are put back afterwards. Returns the metrics."""
-    # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._update_actor (engine path, non-tensor keys)
     actor, batch = engine["actor"], case_batch(engine, inputs)
-    data = left_right_2_no_padding(batch.to_tensordict())
-    tu.assign_non_tensor(
-        data,
-        calculate_entropy=True,
-        global_batch_size=len(batch),
-        mini_batch_size=len(batch),
-        epochs=1,
-        seed=0,
-        dataloader_kwargs={"shuffle": False},
-        distillation_use_topk=True,
-    )
+    data = harness.update_request(batch, distillation_use_topk=True)
     actor.set_loss_fn(partial(cpo_ppo_loss, config=engine["actor_config"], cpo=cpo_config(case.method)))
     module = actor.engine.module
     before = local_shards(module)

@@ -331,21 +331,26 @@ def engine_log_probs(worker, batch: DataProto, calculate_entropy: bool = True):
     return log_probs, no_padding_2_padding(tu.get(output, "entropy"), data).float().cpu() * mask
 
 
-def engine_update(worker, batch: DataProto) -> dict:
-    """One actor update (one mini-batch of the whole batch) as ``RayPPOTrainer._update_actor``; returns the metrics."""
+def update_request(batch: DataProto, **flags) -> tu.TensorDict:
+    """``RayPPOTrainer._update_actor``'s request for one mini-batch of the whole batch, with ``flags`` on top (e.g.
+    ``distillation_use_topk=True``, as ``student_logits_in_update`` adds)."""
     # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._update_actor (engine path, non-tensor keys)
     data = left_right_2_no_padding(batch.to_tensordict())
-    tu.assign_non_tensor(
-        data,
+    settings = dict(
         calculate_entropy=True,
-        global_batch_size=BATCH,
-        mini_batch_size=BATCH,
+        global_batch_size=len(batch),
+        mini_batch_size=len(batch),
         epochs=1,
         seed=0,
         dataloader_kwargs={"shuffle": False},
     )
-    output = worker.train_mini_batch(data)
-    return tu.get(output, "metrics")
+    tu.assign_non_tensor(data, **{**settings, **flags})
+    return data
+
+
+def engine_update(worker, batch: DataProto) -> dict:
+    """One actor update (one mini-batch of the whole batch) as ``RayPPOTrainer._update_actor``; returns the metrics."""
+    return tu.get(worker.train_mini_batch(update_request(batch)), "metrics")
 
 
 def engine_format(batch: DataProto, actor_config) -> tu.TensorDict:

@@ -228,18 +228,7 @@ class UpdateGroup:
 
 def update_request(batch: DataProto):
     """``RayPPOTrainer._update_actor``'s request without any distillation flag (as with no distillation config)."""
-    data = left_right_2_no_padding(batch.to_tensordict())
-    tu.assign_non_tensor(
-        data,
-        calculate_entropy=False,
-        global_batch_size=len(batch),
-        mini_batch_size=len(batch),
-        epochs=1,
-        seed=0,
-        dataloader_kwargs={"shuffle": False},
-        compute_loss=True,
-    )
-    return data
+    return harness.update_request(batch, calculate_entropy=False, compute_loss=True)
 
 
 @needs_hook
