@@ -39,6 +39,7 @@ import csv
 import dataclasses
 import json
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -262,6 +263,22 @@ def write_results(path: Path, rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
+def source_commit() -> str:
+    """The commit of the code a run trains with (``<sha>-dirty`` with uncommitted changes, ``unknown`` outside git),
+    recorded in each run's ``run.json`` so that a results page names the code it measured."""
+    root = Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{commit}-dirty" if dirty else commit
+
+
 def prepare_output_dir(output_dir: Path, plan: dict, *, resume: bool, overwrite: bool) -> None:
     """Refuse a folder holding another experiment's results unless ``--overwrite``; check ``--resume``'s plan."""
     plan_path = output_dir / "experiment.json"
@@ -373,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     val_acc = val_acc_key(validation_samples(overrides))
     rows: list[dict] = []
     cpo_methods = [method for method in methods if method != "grpo"]
+    commit = source_commit()
     for seed in range(seeds):
         for method in methods:
             name = run_name(method, seed)
@@ -401,7 +419,9 @@ def main(argv: list[str] | None = None) -> int:
                         file=sys.stderr,
                     )
                     return 1
-                done_path.write_text(json.dumps({"wall_s": round(run.wall_s, 1), "method": method, "seed": seed}))
+                done_path.write_text(
+                    json.dumps({"wall_s": round(run.wall_s, 1), "method": method, "seed": seed, "commit": commit})
+                )
             run_rows = result_rows(method, seed, run_dir / METRICS_FILE, val_acc)
             rows += run_rows
             write_results(output_dir / "results.csv", rows)

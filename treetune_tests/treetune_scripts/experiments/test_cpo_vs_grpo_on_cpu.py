@@ -20,6 +20,7 @@ import html
 import json
 import re
 import statistics
+import subprocess
 
 import pytest
 
@@ -511,3 +512,7 @@ def test_resume_keeps_finished_runs_and_reruns_only_the_unfinished(quick_experim
     assert calls == ["grpo__seed0"]
     assert _csv_rows(out / "results.csv") == _csv_rows(quick_experiment / "results.csv")
     assert capsys.readouterr().out.count("finished earlier, kept") == 1
+    # Each run names the code it trained with: the checkout's commit (with "-dirty" when it has uncommitted changes).
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    for name in ("grpo__seed0", "cpo_seq_kl__seed0"):
+        assert json.loads((out / "runs" / name / "run.json").read_text())["commit"].removesuffix("-dirty") == head
