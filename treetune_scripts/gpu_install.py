@@ -69,6 +69,10 @@ VERL_RELEASES: tuple[str, ...] = tuple(
 DEFAULT_VERL = VERL_RELEASES[0]
 ROLLOUTS = ("sglang", "vllm")
 #: verl-cpu, a dependency of this project that no index serves: installed from its folder, as ``make install`` does.
+#: A GPU stack keeps it: the Ray processes of a run apply its device-independent FSDP-engine fixes (the trainer's
+#: log-probs over the tokenizer's ids, as vLLM's rollout samples them; verl 0.7.1's padded-path mask) with its release
+#: guard and post-import hooks, on every device. Importing the library and the recipe, and their start-up checks, need
+#: no verl-cpu (the preflight names it when it is missing).
 VERL_CPU_DIR = REPO_ROOT / "treetune_verl" / "verl-cpu"
 UV = [sys.executable, "-m", "uv"]
 UV_REQUIREMENT = "uv>=0.9"

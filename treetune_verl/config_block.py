@@ -34,7 +34,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from verl_cpu.preflight import PreflightError
+
+from treetune_verl.preflight import PreflightError
 
 __all__ = ["block_keys", "check_block_overrides", "dataclass_from_block", "override_key"]
 

@@ -18,14 +18,16 @@ one upstream symbol at runtime. Each patch:
 
 - says what it fixes and the upstream ``file:line`` it works around (``# SYNC WARNING:`` tags; line numbers refer to
   the release the patch applies to, installed from PyPI; both releases' where it applies to both and they differ);
-- is guarded by :data:`PATCHES` (a ``verl_cpu.release_guard.ReleaseGuardedPatches``): it refuses to apply, with a
-  clear error, when the installed verl is not one of :data:`treetune_verl.version.SUPPORTED_VERL_VERSIONS`, because
-  the code it replaces may have moved; a patch that only some releases need is listed in :data:`ONLY_ON_RELEASES`
-  and does nothing on the others; ``TREETUNE_SKIP_PATCHES=<name>,...`` leaves named patches out (tests only);
+- is guarded by :func:`guard` (a ``verl_cpu.release_guard.ReleaseGuardedPatches``, built on first use): it refuses
+  to apply, with a clear error, when the installed verl is not one of
+  :data:`treetune_verl.version.SUPPORTED_VERL_VERSIONS`, because the code it replaces may have moved; a patch
+  that only some releases need is listed in :data:`ONLY_ON_RELEASES` and does nothing on the others;
+  ``TREETUNE_SKIP_PATCHES=<name>,...`` leaves named patches out (tests only);
 - is idempotent (applying it twice changes nothing).
 
 Patches on verl modules are applied lazily (right after the module is imported), so importing this module never
-imports heavy parts of verl.
+imports heavy parts of verl, nor verl-cpu: the guard and the post-import hooks are verl-cpu's, which the Ray
+processes of a run need on every device (the preflight reports a missing verl-cpu before Ray starts).
 """
 
 from __future__ import annotations
@@ -34,8 +36,6 @@ import contextlib
 import functools
 import os
 from types import ModuleType
-
-from verl_cpu.release_guard import ReleaseGuardedPatches
 
 from treetune_verl.fault_points import pause_point
 from treetune_verl.version import SUPPORTED_VERL_VERSIONS
@@ -48,19 +48,28 @@ ONLY_ON_RELEASES: dict[str, tuple[str, ...]] = {
 }
 #: Comma-separated patch names left unapplied in every process that sees this variable. Never set in normal runs.
 SKIP_PATCHES_ENV = "TREETUNE_SKIP_PATCHES"
-PATCHES = ReleaseGuardedPatches(
-    "treetune",
-    SUPPORTED_VERL_VERSIONS,
-    ONLY_ON_RELEASES,
-    SKIP_PATCHES_ENV,
-    fix_hint="Install a supported release (make install, or make install VERL=<release>) or, when adding a release, "
-    "re-check every '# SYNC WARNING:' location in treetune_verl/patches.py and list it in treetune_verl/VERL_VERSION.",
-)
+
+
+@functools.cache
+def guard():
+    """The overlay's set of release-guarded patches (one per process): each applied once, only on the releases that
+    need it, and refused on a verl release the overlay does not support."""
+    from verl_cpu.release_guard import ReleaseGuardedPatches
+
+    return ReleaseGuardedPatches(
+        "treetune",
+        SUPPORTED_VERL_VERSIONS,
+        ONLY_ON_RELEASES,
+        SKIP_PATCHES_ENV,
+        fix_hint="Install a supported release (make install, or make install VERL=<release>) or, when adding a "
+        "release, re-check every '# SYNC WARNING:' location in treetune_verl/patches.py and list it in "
+        "treetune_verl/VERL_VERSION.",
+    )
 
 
 def applied_patches() -> frozenset[str]:
     """Names of the overlay's patches applied in this process (for tests and debugging)."""
-    return PATCHES.applied()
+    return guard().applied()
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -103,7 +112,7 @@ def apply_engine_worker_fixes() -> None:
     overlay's own and verl-cpu's FSDP-engine fixes (``verl_cpu.activation.apply_engine_fixes``: right on any device)."""
     from verl_cpu.activation import apply_engine_fixes
 
-    PATCHES.apply_on_import(
+    guard().apply_on_import(
         "keep_actor_on_device_after_weight_sync",
         "verl.workers.engine_workers",
         _patch_keep_actor_on_device_after_weight_sync,
@@ -131,7 +140,7 @@ def use_trainer_class(trainer_cls: type) -> None:
     """
     # SYNC WARNING: verl/trainer/main_ppo_v0.py:TaskRunner.run (0.9.1 l.218, `trainer = RayPPOTrainer(...)`, module
     # global imported l.25); 0.7.1: verl/trainer/main_ppo.py:TaskRunner.run (l.343)
-    PATCHES.require_supported_verl("use_trainer_class")
+    guard().require_supported_verl("use_trainer_class")
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
     from treetune_verl.verl_compat import trainer_module
@@ -156,7 +165,7 @@ def request_entropy_in_actor_updates(worker_group) -> None:
     # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._update_actor (l.1173-1189, calculate_entropy flag)
     # SYNC WARNING: verl/single_controller/base/worker_group.py:WorkerGroup._bind_worker_method (l.250, setattr)
     # SYNC WARNING: verl/workers/engine/fsdp/transformer_impl.py (l.996, l.1097, entropy only when the flag is set)
-    if not PATCHES.applies("request_entropy_in_actor_updates"):
+    if not guard().applies("request_entropy_in_actor_updates"):
         return
     original = worker_group.update_actor
     if getattr(original, "_treetune_entropy", False):
@@ -202,7 +211,7 @@ def append_file_logger() -> None:
     # SYNC WARNING: verl/utils/tracking.py:FileLogger.__init__ (0.9.1 l.541, 0.7.1 l.267: open(self.filepath, "wb"))
     # SYNC WARNING: verl/utils/tracking.py:Tracking.__init__ (0.9.1 l.185-186, 0.7.1 l.178-179, builds FileLogger by
     # module global)
-    PATCHES.require_supported_verl("append_file_logger")
+    guard().require_supported_verl("append_file_logger")
     import verl.utils.tracking as tracking
 
     if getattr(tracking.FileLogger, "_treetune_append", False):

@@ -18,6 +18,11 @@ Ray worker. Every problem found is reported at once, each with the override that
 accelerator the CPU checks of ``verl_cpu.preflight`` (settings, rollout engine, platform) are added; on every host,
 its comparison of verl's Ray resource needs with ``ray_kwargs.ray_init`` (a shortfall means an endless wait).
 
+verl-cpu is imported only when those checks run, so this module, and every entry point that imports it first, loads
+on a machine without verl-cpu. There the checks report its absence as one problem, before Ray starts: a CPU run needs
+its platform, and a run on an accelerator needs its device-independent FSDP-engine fixes, which the overlay's Ray
+workers apply on every device (:func:`treetune_verl.patches.apply_engine_worker_fixes`).
+
 Entry points of this project (``treetune_scripts/run_demo.py``, recipe mains) call :func:`check_run_config` on the
 composed config before ``ray.init``. Runs of upstream ``python -m verl.trainer.main_ppo`` on CPU get verl-cpu's own
 checks inside upstream ``validate_config``.
@@ -29,13 +34,34 @@ import importlib.util
 import os
 from typing import Any
 
-from verl_cpu.host import accelerator_available
-from verl_cpu.preflight import PreflightError, configured_resource_problems, cpu_problems, format_problems
-from verl_cpu.preflight import config_value as _get
-
-__all__ = ["PreflightError", "check_run_config", "collect_problems"]
+__all__ = ["PreflightError", "accelerator_available", "check_run_config", "collect_problems"]
 
 _REMOTE_PREFIXES = ("hdfs://", "s3://", "gs://", "http://", "https://")
+#: The install command that brings verl-cpu, named by the problem its absence raises.
+VERL_CPU_INSTALL = "make install (CPU) or make install-gpu, which install it; or pip install -e treetune_verl/verl-cpu"
+
+
+class PreflightError(ValueError):
+    """A run configuration that cannot start here: the message lists every problem and the override that fixes it.
+
+    Every start-up check of the overlay and its recipes raises it (verl-cpu's own checks, for upstream entry points,
+    raise ``verl_cpu.preflight.PreflightError``; both are ``ValueError``)."""
+
+
+def accelerator_available() -> bool:
+    """True when torch sees a CUDA or Ascend NPU device."""
+    import torch
+
+    npu = getattr(torch, "npu", None)
+    return torch.cuda.is_available() or bool(npu is not None and npu.is_available())
+
+
+def _get(config: Any, dotted: str, default: Any = None) -> Any:
+    """``config.a.b.c`` of a DictConfig or nested mapping; ``default`` when a part is missing or None."""
+    node = config
+    for key in dotted.split("."):
+        node = node.get(key) if node is not None and hasattr(node, "get") else None
+    return default if node is None else node
 
 
 def _as_list(value: Any) -> list:
@@ -175,10 +201,21 @@ def collect_problems(config: Any, *, accelerator: bool | None = None, check_reso
     if accelerator is None:
         accelerator = accelerator_available()
     problems = _check_files(config) + _check_group_sampling(config) + _check_batch_sizes(config)
+    try:
+        from verl_cpu import preflight as verl_cpu_preflight
+    except ModuleNotFoundError as error:
+        if error.name != "verl_cpu":
+            raise
+        needed_for = (
+            "the CPU platform (this host has no accelerator)"
+            if not accelerator
+            else ("its FSDP-engine fixes, which the overlay's Ray workers apply on every device")
+        )
+        return [*problems, f"verl-cpu is not installed; this run needs {needed_for}. Install it: {VERL_CPU_INSTALL}."]
     if not accelerator:
-        problems += cpu_problems(config)
+        problems += verl_cpu_preflight.cpu_problems(config)
     if check_resources:
-        problems += configured_resource_problems(config)
+        problems += verl_cpu_preflight.configured_resource_problems(config)
     return problems
 
 
@@ -193,4 +230,5 @@ def check_run_config(config: Any, *, accelerator: bool | None = None, check_reso
     """
     problems = collect_problems(config, accelerator=accelerator, check_resources=check_resources)
     if problems:
-        raise PreflightError(format_problems(problems, checker="treetune preflight"))
+        lines = "\n".join(f"  - {problem}" for problem in problems)
+        raise PreflightError(f"treetune preflight found {len(problems)} problem(s) in the run configuration:\n{lines}")

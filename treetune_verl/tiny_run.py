@@ -35,11 +35,15 @@ from pathlib import Path
 
 from treetune_verl.run_folder import kill_processes
 
-#: Directory holding ``ppo_trainer_cpu.yaml`` and the ``platform`` group (pass it as ``--config-path``).
-CONFIG_DIR = Path(importlib.util.find_spec("verl_cpu.config").submodule_search_locations[0])
 #: Reward of the tiny arithmetic dataset (``data_source="tiny_arith"``).
 TINY_REWARD_PATH = "pkg://treetune_verl.utils.reward_score.tiny_arith"
 METRICS_FILE = "metrics.jsonl"
+
+
+def verl_cpu_config_dir() -> Path:
+    """verl-cpu's config folder: ``ppo_trainer_cpu.yaml`` and the ``platform`` group (pass it as ``--config-path``).
+    Looked up when a CPU run needs it, so that importing this module needs no verl-cpu."""
+    return Path(importlib.util.find_spec("verl_cpu.config").submodule_search_locations[0])
 
 
 def tiny_run_overrides(
@@ -149,7 +153,7 @@ def launch_training(
     log_path: str | Path,
     *,
     entry_module: str = "verl.trainer.main_ppo",
-    config_dir: str | Path = CONFIG_DIR,
+    config_dir: str | Path | None = None,
     config_name: str = "ppo_trainer_cpu",
     timeout_s: float | None = None,
     env: dict[str, str] | None = None,
@@ -171,7 +175,7 @@ def launch_training(
         overrides: Hydra overrides.
         log_path: where to write the combined stdout/stderr.
         entry_module: module run with ``python -m`` (a Hydra main).
-        config_dir: ``--config-path`` (absolute).
+        config_dir: ``--config-path`` (absolute; default :func:`verl_cpu_config_dir`).
         config_name: ``--config-name``.
         timeout_s: kill the run after this many seconds (None: no limit).
         env: extra environment variables (``RAY_ADDRESS`` here attaches the run to that cluster).
@@ -185,7 +189,13 @@ def launch_training(
 
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", entry_module, "--config-path", str(Path(config_dir).resolve())]
+    command = [
+        sys.executable,
+        "-m",
+        entry_module,
+        "--config-path",
+        str(Path(config_dir or verl_cpu_config_dir()).resolve()),
+    ]
     command += ["--config-name", config_name, *overrides]
     process_env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_ADDRESS": "local", **(env or {})}
     start = time.monotonic()

@@ -41,9 +41,9 @@ def installed_verl(monkeypatch):
 @pytest.fixture
 def patch_bookkeeping(monkeypatch):
     """The overlay's record of applied and skipped patches, restored after the test (test patch names vanish)."""
-    monkeypatch.setattr(patches.PATCHES, "_applied", set(patches.PATCHES._applied))
-    monkeypatch.setattr(patches.PATCHES, "_skipped", set(patches.PATCHES._skipped))
-    return patches.PATCHES
+    monkeypatch.setattr(patches.guard(), "_applied", set(patches.guard()._applied))
+    monkeypatch.setattr(patches.guard(), "_skipped", set(patches.guard()._skipped))
+    return patches.guard()
 
 
 @pytest.fixture
@@ -104,9 +104,9 @@ def test_a_patch_for_one_release_is_skipped_on_the_others(installed_verl, patch_
 def test_the_fixes_upstream_made_after_071_are_patched_on_071_only(installed_verl, release):
     installed_verl(release)
     # verl PR #4777 (0.8.0) keeps the actor on its device; verl >= 0.8 honours actor.calculate_entropy
-    assert patches.PATCHES.applies("keep_actor_on_device_after_weight_sync") == (release == "0.7.1")
-    assert patches.PATCHES.applies("request_entropy_in_actor_updates") == (release == "0.7.1")
-    assert patches.PATCHES.applies("append_file_logger")  # FileLogger still truncates on every release
+    assert patches.guard().applies("keep_actor_on_device_after_weight_sync") == (release == "0.7.1")
+    assert patches.guard().applies("request_entropy_in_actor_updates") == (release == "0.7.1")
+    assert patches.guard().applies("append_file_logger")  # FileLogger still truncates on every release
 
 
 def test_a_patch_named_in_the_overlays_skip_variable_is_left_out_with_a_warning(patch_bookkeeping, monkeypatch, capsys):
