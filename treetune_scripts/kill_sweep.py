@@ -58,9 +58,10 @@ from pathlib import Path
 import psutil
 
 from treetune_recipe.cpo.cpu_run import cpo_cpu_command
+from treetune_verl.clean_exit import kill_processes
 from treetune_verl.fault_points import pause_overrides
 from treetune_verl.metrics_history import read_metrics, training_steps
-from treetune_verl.run_folder import checkpoint_steps, is_complete_checkpoint, kill_processes
+from treetune_verl.run_folder import checkpoint_steps, is_complete_checkpoint
 from treetune_verl.tiny_assets import build_tiny_assets
 from treetune_verl.tiny_run import METRICS_FILE
 

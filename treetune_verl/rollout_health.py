@@ -34,7 +34,7 @@ module reads them:
 - :class:`RolloutHealthMonitor` is the pure decision: fed one metric dict per step, it answers ok / warn / stop
   (a value above a stop threshold, a non-finite value, or ``max_consecutive_warnings`` warning steps in a row);
 - :class:`RolloutHealthMixin` plugs it into a ``RayPPOTrainer`` subclass (before it in the bases, like
-  ``treetune_verl.run_folder.CompleteCheckpointsMixin``): it computes both metrics with verl's own functions
+  ``treetune_verl.checkpoint_saves.CompleteCheckpointsMixin``): it computes both metrics with verl's own functions
   (:func:`mismatch_metrics`, so they equal the logged values), prints and logs one line per warning step, raises
   :class:`RolloutMismatchError` on a stop, and adds ``treetune/rollout_health/*`` to the step's actor metrics.
 

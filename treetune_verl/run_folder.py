@@ -24,9 +24,9 @@ Every recipe calls :func:`prepare_run_folder` on the driver before Ray starts an
 2. **resolves the resume point** (``trainer.resume_mode=auto``). A checkpoint is *complete* when everything its step
    produced is durable:
 
-   * its ``global_step_N`` folder holds :data:`COMPLETE_MARKER`, written by :class:`CompleteCheckpointsMixin` after
-     everything else of the save (verl's ``latest_checkpointed_iteration.txt`` included), listing every file of the
-     folder with its size and SHA-256;
+   * its ``global_step_N`` folder holds :data:`COMPLETE_MARKER`, written by the trainer's
+     ``treetune_verl.checkpoint_saves.CompleteCheckpointsMixin`` after everything else of the save (verl's
+     ``latest_checkpointed_iteration.txt`` included), listing every file of the folder with its size and SHA-256;
    * and, when the run logs to a metrics file, that file holds step N's *training* record
      (``treetune_verl.metrics_history``). verl's ``fit()`` saves step N, validates, and only then logs step N: a run
      killed in between leaves a marked folder with no record. That folder is not resumed from: its marker is removed
@@ -40,18 +40,19 @@ Every recipe calls :func:`prepare_run_folder` on the driver before Ray starts an
 3. **keeps the metrics history**: records of steps after the resume point (they will be recomputed) and lines cut by a
    kill are dropped from the metrics file, and the file logger appends and syncs each record
    (``treetune_verl.patches.append_file_logger``), so steps continue and none is duplicated.
+
+The trainer's side, marking each save complete, is :mod:`treetune_verl.checkpoint_saves`; how the driver ends cleanly
+(signals, Ray's processes) is :mod:`treetune_verl.clean_exit`.
 """
 
 from __future__ import annotations
 
 import datetime
-import errno
 import fcntl
 import hashlib
 import json
 import os
 import re
-import signal
 import socket
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -59,10 +60,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from treetune_verl.fault_points import pause_point
 from treetune_verl.metrics_history import file_logger_path, keep_metrics_up_to, training_steps
 
-#: Written last into ``global_step_N/`` by :class:`CompleteCheckpointsMixin`: the checkpoint is complete.
+#: Written last into ``global_step_N/`` by ``checkpoint_saves.CompleteCheckpointsMixin``: the checkpoint is complete.
 COMPLETE_MARKER = "treetune_checkpoint_complete.json"
 #: verl's pointer to the latest checkpoint, inside ``trainer.default_local_dir``.
 # SYNC WARNING: verl/utils/checkpoint/checkpoint_manager.py:get_checkpoint_tracker_filename (file name)
@@ -89,10 +89,6 @@ class OutputNotWritableError(RunFolderError):
 class ResumeError(RunFolderError):
     """No checkpoint can be resumed from as it is (none complete, or the chosen one damaged); training from scratch
     would overwrite them."""
-
-
-class CheckpointSaveError(RunFolderError):
-    """A checkpoint save failed (e.g. a full disk); the folder is not marked complete."""
 
 
 # ------------------------------------------------------------------------------------------------------------- lock
@@ -362,51 +358,6 @@ def resolve_resume_step(checkpoint_dir: str | Path, metrics_path: str | Path | N
     return 0
 
 
-def _is_disk_full(error: BaseException | None) -> OSError | None:
-    """The ``ENOSPC`` error in ``error``'s chain (a Ray task error carries the worker's as ``cause``), if any."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
-            return error
-        error = getattr(error, "cause", None) or error.__cause__ or error.__context__
-    return None
-
-
-class CompleteCheckpointsMixin:
-    """Mix into a ``RayPPOTrainer`` subclass (before it): every checkpoint save ends by marking its folder complete,
-    a save that runs out of disk stops the run with one line, and the step's write boundaries are pause points
-    (``treetune_verl.fault_points``) for the kill tests."""
-
-    def _save_checkpoint(self):
-        # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._save_checkpoint (folder global_step_N under
-        # trainer.default_local_dir; writes latest_checkpointed_iteration.txt last)
-        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
-        try:
-            result = super()._save_checkpoint()
-            pause_point("checkpoint_saved", self.global_steps)
-            mark_checkpoint_complete(folder, self.global_steps)
-        except Exception as error:
-            disk_full = _is_disk_full(error)
-            if disk_full is None:
-                raise
-            raise CheckpointSaveError(
-                f"no space left on the device while saving {folder} ({disk_full.filename or 'a checkpoint file'}): "
-                "it is not marked complete, so a resume uses the checkpoint before it. Free space, or lower "
-                "trainer.max_actor_ckpt_to_keep, then run the same command again."
-            ) from error
-        pause_point("checkpoint_complete", self.global_steps)
-        return result
-
-    def _validate(self, *args, **kwargs):
-        pause_point("validation", self.global_steps)
-        return super()._validate(*args, **kwargs)
-
-    def _update_actor(self, batch):
-        pause_point("update", self.global_steps)
-        return super()._update_actor(batch)
-
-
 # ------------------------------------------------------------------------------------------------------ entry point
 
 
@@ -473,117 +424,3 @@ def prepare_run_folder(config: Any) -> RunFolder:
             lock.release()
         raise
     return RunFolder(checkpoint_dir, resume_step, metrics_path, held)
-
-
-class Terminated(SystemExit):
-    """Raised in the driver's main thread when it receives SIGTERM, so that its clean-up (``finally``) runs."""
-
-
-def _raise_terminated(signum, frame):
-    raise Terminated(128 + signum)
-
-
-def exit_on_sigterm() -> None:
-    """Make SIGTERM raise :class:`Terminated` (exit status 143) in this process, and SIGINT raise KeyboardInterrupt.
-
-    Python's default action, and the failure handler Ray's core worker installs during ``ray.init`` (it prints a
-    stack and aborts, status -6), both end the driver without running ``finally`` blocks: ``ray.shutdown()`` and the
-    lock release never ran. Call it from the main thread, again after ``ray.init`` (see :class:`RearmSigterm`).
-
-    A process that starts with SIGINT ignored keeps it ignored (Python installs its KeyboardInterrupt handler only
-    over the default action): a background job of a non-interactive shell (``nohup python -m ... &`` in a script,
-    ``make test &``) does, and its children inherit that. Such a driver would train on through ``kill -INT``, so an
-    ignored SIGINT is given back Python's handler (:func:`signal.default_int_handler`); a handler someone installed
-    is kept.
-    """
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-class RearmSigterm:
-    """Wraps the Ray actor class given to verl's ``run_ppo`` to call :func:`exit_on_sigterm` once Ray is up.
-
-    ``run_ppo`` calls ``ray.init`` and then, in the same main thread, ``task_runner_class.remote()`` (or
-    ``.options(...).remote()``): the first moment after Ray installed its own SIGTERM handler.
-    """
-
-    # SYNC WARNING: verl/trainer/main_ppo.py:run_ppo (0.9.1 l.57-92, 0.7.1 l.59-98, ray.init then
-    # task_runner_class[.options].remote())
-    def __init__(self, actor_class):
-        self._actor_class = actor_class
-
-    def remote(self, *args, **kwargs):
-        exit_on_sigterm()
-        return self._actor_class.remote(*args, **kwargs)
-
-    def options(self, *args, **kwargs):
-        exit_on_sigterm()
-        return self._actor_class.options(*args, **kwargs)
-
-
-#: Seconds the processes a Ray instance started get to exit after ``ray.shutdown()`` before they are killed (a
-#: trainer process left running would go on training and writing into the run folder once its lock is released).
-RAY_EXIT_GRACE_S = 2.0
-
-
-def kill_processes(processes, wait_s: float = 0.0) -> list[str]:
-    """SIGKILL each of ``processes`` (``psutil.Process``) still alive, then wait up to ``wait_s`` seconds for them to
-    go. psutil refuses a pid reused since the process was listed.
-
-    Returns:
-        The names of the processes it killed.
-    """
-    import psutil
-
-    killed = []
-    for process in processes:
-        try:
-            name = process.name()
-            process.kill()
-            killed.append(name)
-        except psutil.NoSuchProcess:
-            pass
-    if wait_s > 0:
-        psutil.wait_procs(processes, timeout=wait_s)
-    return killed
-
-
-def _is_ray_worker(process) -> bool:
-    """A Ray worker process (the trainer, its workers, the servers): Ray titles them ``ray::<what it runs>``."""
-    import psutil
-
-    try:
-        command = process.cmdline()
-    except psutil.Error:
-        return False
-    return bool(command) and command[0].startswith("ray::")
-
-
-def shutdown_ray(interrupted: bool = False) -> None:
-    """``ray.shutdown()`` that a second SIGINT or SIGTERM cannot cut short (it would leave Ray's processes), then
-    the end of every process this driver started that outlived it (a Ray worker has been seen to outlive its run by
-    minutes, training on nothing but still holding memory).
-
-    Args:
-        interrupted: the run was stopped (a signal, an error): Ray's worker processes this driver started are killed
-            first. ``ray.shutdown()`` takes seconds, and until it ends the trainer would go on training and writing
-            into the run folder; the kill sweep saw a run finish six more steps after its SIGTERM. Whatever the kill
-            cuts is what any kill cuts: the resume trains that step again (see the module docstring).
-    """
-    import psutil
-    import ray
-
-    if not ray.is_initialized():
-        return
-    started = psutil.Process().children(recursive=True)
-    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        if interrupted:
-            kill_processes([process for process in started if _is_ray_worker(process)], wait_s=RAY_EXIT_GRACE_S)
-        ray.shutdown()
-        _, alive = psutil.wait_procs(started, timeout=RAY_EXIT_GRACE_S)
-        kill_processes(alive)
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)

@@ -156,7 +156,7 @@ TASKS = ("one_step", "chain")
 #: distributions are peaked (mean entropy 2.3 nats on its own sampled responses; the default model: 6.45, about
 #: log(vocab)) and depend on the context by nats (a response-only attention mask, a one-token shift and a dropped
 #: prompt token move a token's log-prob by 7.4, 9.5 and 1.3 nats on average;
-#: ``treetune_tests.support.engine_harness.check_context_sensitive`` asserts it). A near-uniform model gives a token the
+#: ``treetune_tests.support.engine_checks.check_context_sensitive`` asserts it). A near-uniform model gives a token the
 #: same log-prob under any mask or position, so a comparison on it cannot fail.
 CONTEXT_SENSITIVE = TinyAssetsConfig(initializer_range=0.5)
 
@@ -330,15 +330,16 @@ def default_cache_root() -> Path:
     return Path(__file__).resolve().parents[1] / ".cache" / "tiny_assets"
 
 
-#: Instruction prose the tokenizer also learns from: the CPO hint prompt's default system message and user template
-#: (``treetune_recipe/cpo/cpo_hint.py``) as they were when ``BUILDER_VERSION`` was set. Like a real tokenizer, the tiny
-#: one then encodes English instructions compactly (whole words), so the CPO hint-guided prompt of the tiny runs fits
-#: its default width instead of being truncated on every row. Kept here, frozen, so that this library imports no
-#: recipe: the text is part of the tokenizer's training data (and of the cache key), so changing it changes every
-#: tiny asset and the shipped warm start's tokenizer.
-INSTRUCTION_CORPUS = (
-    "You are a helpful assistant.",
-    r"""Problem:
+#: The CPO hint prompt's default system message and user template (``cpo.hint.system`` / ``cpo.hint.user_template``),
+#: written once, here: ``treetune_recipe/cpo/cpo_hint.py`` takes its defaults from them, and the tiny tokenizer learns
+#: them (:data:`INSTRUCTION_CORPUS`). They live in the library because the library imports no recipe, and the tiny
+#: assets need the text itself. Like a real tokenizer, the tiny one then encodes English instructions compactly (whole
+#: words), so the CPO hint-guided prompt of the tiny runs fits its default width instead of being truncated on every
+#: row. The text is part of the tokenizer's training data and of the cache key: changing a single byte changes every
+#: tiny asset, the shipped warm start's tokenizer and the numbers the docs quote from tiny runs. To change only the
+#: recipe's wording, give ``cpo_hint`` its own text again and keep this one as the tokenizer's, frozen.
+HINT_PROMPT_SYSTEM = "You are a helpful assistant."
+HINT_PROMPT_USER_TEMPLATE = r"""Problem:
 {question}
 
 Worked solution (private; for your reference only):
@@ -352,8 +353,9 @@ Rules for your reply:
 2. Never mention, quote or hint at the worked solution, and do not suggest that you had any help or are acting.
 3. Do not just restate the worked solution: derive each step, and show intermediate results, why you choose each \
 approach, the checks you make, and any corrections.
-4. Write the final answer inside \boxed{}.""",
-)
+4. Write the final answer inside \boxed{}."""
+#: Instruction prose the tokenizer also learns from (see :data:`HINT_PROMPT_USER_TEMPLATE`).
+INSTRUCTION_CORPUS = (HINT_PROMPT_SYSTEM, HINT_PROMPT_USER_TEMPLATE)
 
 
 def content_hash(config: TinyAssetsConfig) -> str:

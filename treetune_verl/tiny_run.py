@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from treetune_verl.run_folder import kill_processes
+from treetune_verl.clean_exit import kill_processes
 
 #: Reward of the tiny arithmetic dataset (``data_source="tiny_arith"``).
 TINY_REWARD_PATH = "pkg://treetune_verl.utils.reward_score.tiny_arith"

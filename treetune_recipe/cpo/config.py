@@ -18,7 +18,8 @@ recipe's Hydra config takes them from the ``cpo_defaults`` node that :func:`regi
 dataclass. The shared knobs are the reference's main run (``seq_kl``, λ = 2, α⁺ = 0, α⁻ = 1, all tokens); nested
 typed blocks: ``hint`` (``HintConfig``), ``credit_dump`` (``CreditDumpConfig``) and one block per method with knobs
 of its own (``cpo.<method>.*``, the method's ``knobs`` dataclass, added from the method registry: this module names no
-method). ``teacher_config`` (``TeacherConfig``) is the teacher resolved from ``cpo.teacher`` and the method.
+method). ``teacher_config`` (``treetune_recipe.cpo.teacher.TeacherConfig``) is the teacher resolved from
+``cpo.teacher`` and the method.
 :meth:`CPOConfig.from_config` builds the whole object with ``treetune_verl.config_block.dataclass_from_block`` (an
 unknown key at any level is one error naming the valid ones; a renamed key is translated, with a note). The driver
 builds it once before Ray (``preflight.check_cpo_run``) and writes it back into the run config, which Ray hands to
@@ -35,58 +36,10 @@ from typing import Any, NamedTuple
 from treetune_recipe.cpo.cpo_core_algos import DIFFICULTY_MODES, LOSS_POSITIONS
 from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig
 from treetune_recipe.cpo.cpo_hint import HintConfig
+from treetune_recipe.cpo.cpo_terms import DEFAULT_SUCCESS_VALUE
 from treetune_recipe.cpo.methods import Method, all_methods, get_method
+from treetune_recipe.cpo.teacher import TEACHERS, TeacherConfig
 from treetune_verl.config_block import block_keys, check_block_overrides, dataclass_from_block, override_key
-
-#: Teachers of the hinted pass, i.e. whose distribution of the response under the hint prompt the method reads:
-#: ``policy``: the rollout policy, scored by the actor (moves with the student every step; CPO's own reference);
-#: ``initial``: the model the run started from, held fixed (verl's reference-policy worker, or the actor without its
-#: LoRA adapter when the reference lives in the actor); ``refreshed``: the reference worker, overwritten with the
-#: actor's weights after every ``teacher_refresh_steps`` steps; ``ema``: the reference worker, moved towards the actor
-#: after every update, θ_T ← (1-τ)·θ_T + τ·θ, τ = ``teacher_ema_rate``.
-TEACHERS = ("policy", "initial", "refreshed", "ema")
-#: Teachers scored by verl's reference-policy worker (it must exist: ``actor_rollout_ref.actor.use_kl_loss=true``).
-REFERENCE_TEACHERS = ("initial", "refreshed", "ema")
-#: Teachers whose weights the trainer changes (overwrites or averages): the reference must be a model of its own.
-CHANGING_TEACHERS = ("refreshed", "ema")
-
-
-@dataclass(frozen=True)
-class TeacherConfig:
-    """The teacher of the hinted pass, resolved (built by ``CPOConfig`` from ``cpo.teacher``, its rate keys and the
-    method's published teacher).
-
-    Attributes:
-        name: one of :data:`TEACHERS`.
-        source: ``cpo.teacher`` when set, else ``published setting of <wrap_method>``.
-        refresh_steps: ``refreshed``: the reference takes the actor's weights after every this many updates.
-        ema_rate: ``ema``: τ of θ_T ← (1-τ)·θ_T + τ·θ after every update.
-    """
-
-    name: str
-    source: str
-    refresh_steps: int
-    ema_rate: float
-
-    @property
-    def on_reference_worker(self) -> bool:
-        """Whether verl's reference-policy worker scores this teacher (else the actor does)."""
-        return self.name in REFERENCE_TEACHERS
-
-    def refresh_due(self, step: int) -> bool:
-        """Whether a ``refreshed`` teacher takes the actor's weights before step ``step`` (1-based) reads it: after
-        every ``refresh_steps``-th update, i.e. at steps N+1, 2N+1, ..."""
-        return self.name == "refreshed" and step > 1 and (step - 1) % self.refresh_steps == 0
-
-    def describe(self) -> str:
-        """One line for the start-up log: where the teacher comes from and what scores it."""
-        scorer = {
-            "policy": "the actor, with the rollout policy's weights",
-            "initial": "the reference worker, the starting model held fixed",
-            "refreshed": f"the reference worker, given the actor's weights every {self.refresh_steps} steps",
-            "ema": f"the reference worker, moved towards the actor by τ = {self.ema_rate} after every update",
-        }[self.name]
-        return f"{self.source}; scored by {scorer}"
 
 
 @dataclass
@@ -144,8 +97,11 @@ class _SharedKnobs:
         metadata={"help": "teacher=ema: τ in (0, 1] of θ_T ← (1-τ)·θ_T + τ·θ after every update (SDPO's default)."},
     )
     success_value: float = field(
-        default=1.0,
-        metadata={"help": "Sequence reward of a correct response (difficulty mask and correct/wrong metrics)."},
+        default=DEFAULT_SUCCESS_VALUE,
+        metadata={
+            "help": "Sequence reward of a correct response, for everything that tells correct from wrong (the "
+            "wrappers' r == 1, the difficulty mask, SDPO's successful siblings, the credit dump and the metrics)."
+        },
     )
     hint: HintConfig = field(
         default_factory=HintConfig,

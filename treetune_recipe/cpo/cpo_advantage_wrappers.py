@@ -21,12 +21,14 @@ advantage wrapper: these 18 and the peers' advantage forms (``rlsd``, ``opsd_tok
 :mod:`treetune_recipe.cpo.peers`). The difficulty mask, the ``loss_position`` masks and the ``cpo`` advantage estimator
 are in :mod:`treetune_recipe.cpo.cpo_core_algos`.
 Reference quirks kept on purpose (they are part of each formula, so each of the reference's wrappers gives its
-reference function's values, float32 within 1e-5, on any input): "correct" means r == 1 and "wrong" r != 1 with exact
-float equality; an α branch runs only if the α is truthy (0 or None disable it, a negative α is applied);
-``naive*``/``noaccmask`` use the row max of H over all T positions, padding included (harmless in the engine loss:
-padded H is 0); the |A|/2 caps of seq_kl/tok_kl; the final sign clamps of the naive_qwen3/noaccmask/mi/mi_unify
-families even when both α are 0, and none in the mi3 family or ``mi_clamp_unify_difficulty`` (a wrong response can
-end with a positive advantage). Every statement updates valid tokens only; padding is returned as given.
+reference function's values, float32 within 1e-5, on any input, with the default ``success_value`` of 1): "correct"
+means r == 1 and "wrong" r != 1 with exact float equality, where 1 is ``cfg.success_value`` (``cpo.success_value``,
+:func:`treetune_recipe.cpo.cpo_terms.succeeded`) and the r = -1 of some formulas is -``success_value``; an α branch
+runs only if the α is truthy (0 or None disable it, a negative α is applied); ``naive*``/``noaccmask`` use the row max
+of H over all T positions, padding included (harmless in the engine loss: padded H is 0); the |A|/2 caps of
+seq_kl/tok_kl; the final sign clamps of the naive_qwen3/noaccmask/mi/mi_unify families even when both α are 0, and
+none in the mi3 family or ``mi_clamp_unify_difficulty`` (a wrong response can end with a positive advantage). Every
+statement updates valid tokens only; padding is returned as given.
 
 Deliberate differences from the reference: wrappers are functional (a new tensor, never an in-place write);
 the never-produced ``yw_rewards`` input is dropped; one name is one wrapper (the reference applied the naive
@@ -49,6 +51,7 @@ from treetune_recipe.cpo.cpo_terms import (  # noqa: F401  (re-exported: the wra
     minmax_uncertainty,
     mutual_information,
     sequence_mean,
+    success_value_of,
 )
 from treetune_recipe.cpo.methods import ADVANTAGE_WRAPPERS, Method, get_method, register_method
 
@@ -61,7 +64,8 @@ def register_cpo_wrapper(name: str, hint_rows: HintRowRule = every_row):
     registered once.
 
     A wrapper has the signature ``fn(advantages, *, gw_log_probs, old_log_probs, entropy, response_mask,
-    seq_rewards, difficulty, cfg) -> Tensor`` and returns a new ``[B, T]`` tensor without modifying its inputs.
+    seq_rewards, difficulty, cfg) -> Tensor`` and returns a new ``[B, T]`` tensor without modifying its inputs;
+    ``cfg`` carries the knobs and ``success_value`` (the reward of a correct response; 1 when ``cfg`` has none).
     ``hint_rows`` says which rows read ``gw_log_probs`` (see :func:`rows_reading_hint`); the default, every row, is
     always correct but scores more rows under the hint than a wrapper may need. A CPO wrapper's teacher is the rollout
     policy and it has no knobs of its own (it reads ``cpo.cpo_lambda``, ``cpo.pos_alpha``, ``cpo.neg_alpha``).
@@ -92,16 +96,17 @@ def rows_reading_hint(
 
     Args:
         wrap_method: a registered method name.
-        seq_rewards: ``[B]`` sequence rewards (correct means r == 1, as in the wrappers).
+        seq_rewards: ``[B]`` sequence rewards (correct means r == ``cfg.success_value``, as in the wrappers).
         difficulty: ``[B]`` difficulty labels (-1, 0, +1).
-        cfg: any object with ``pos_alpha``, ``neg_alpha`` (and ``cpo_lambda``), as for the wrappers.
+        cfg: any object with ``pos_alpha``, ``neg_alpha`` (and ``cpo_lambda``, ``success_value``), as for the
+            wrappers.
         advantages: ``[B, T]`` advantages, for the rules that depend on them (``rlsd``: rows with A != 0).
 
     Returns:
         bool ``[B]``.
     """
     method = get_method(wrap_method)
-    rows = CPORows(seq_rewards, difficulty, advantages)
+    rows = CPORows(seq_rewards, difficulty, advantages, success_value_of(cfg))
     if method.hint_rows is None:
         return rows.every
     return method.hint_rows(rows, cfg)

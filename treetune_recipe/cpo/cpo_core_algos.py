@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from verl.trainer.ppo import core_algos as verl_core_algos
 
+from treetune_recipe.cpo.cpo_terms import DEFAULT_SUCCESS_VALUE, succeeded
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Difficulty mask
 # ----------------------------------------------------------------------------------------------------------------------
@@ -32,13 +34,16 @@ DIFFICULTY_MODES = ("group", "reference")
 
 
 def compute_difficulty_mask(
-    seq_rewards: torch.Tensor, uids: Sequence[str] | np.ndarray, mode: str = "group", success_value: float = 1.0
+    seq_rewards: torch.Tensor,
+    uids: Sequence[str] | np.ndarray,
+    mode: str = "group",
+    success_value: float = DEFAULT_SUCCESS_VALUE,
 ) -> torch.Tensor:
     """Per-response label of its prompt group: -1 all responses failed, +1 all succeeded, 0 mixed.
 
     Args:
         seq_rewards: ``[B]`` sequence rewards. A response succeeded iff its reward == ``success_value``
-            (exact equality); anything else is a failure.
+            (exact equality, :func:`treetune_recipe.cpo.cpo_terms.succeeded`); anything else is a failure.
         uids: ``B`` group ids, one per response (verl's ``non_tensor_batch["uid"]``, object array of str).
         mode: ``"group"`` (the labels above) or ``"reference"`` (all zeros: what the reference fork computed,
             its comparison of a list with a float is never true; reproduces the published runs).
@@ -58,9 +63,8 @@ def compute_difficulty_mask(
     _, inverse = np.unique(uids, return_inverse=True)
     group = torch.as_tensor(inverse.reshape(-1), dtype=torch.long, device=seq_rewards.device)
     num_groups = int(group.max()) + 1 if group.numel() else 0
-    succeeded = seq_rewards == success_value
     group_size = torch.bincount(group, minlength=num_groups)
-    group_successes = torch.bincount(group[succeeded], minlength=num_groups)
+    group_successes = torch.bincount(group[succeeded(seq_rewards, success_value)], minlength=num_groups)
     label = (group_successes == group_size).float() - (group_successes == 0).float()
     return label[group]
 

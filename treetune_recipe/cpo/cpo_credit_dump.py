@@ -29,8 +29,8 @@ At a listed step the trainer also scores every row under the hint (as ``cpo.hint
 shows the real ``δ`` of each response it keeps. These passes and the file are the whole cost, paid only at the
 listed steps: with ``steps: []`` (default) nothing runs. Each file is written whole or not at all (a temporary file,
 renamed); a step trained again after a resume (``treetune_verl.run_folder``) writes its file again, so the folder holds
-one file per step, matching the step the metrics file logs. ``treetune_scripts/credit_report.py`` turns the files into
-one HTML page.
+one file per step, matching the step the metrics file logs. ``treetune_recipe/cpo/credit_report.py`` turns the files
+into one HTML page (command line: ``python -m treetune_scripts.credit_report``).
 
 A distribution-level method (OPSD, SDPO) has no shaped advantage: its rows hold instead the teacher's prompt (its
 context), whether the row has one (``has_context``; a row without one is out of the loss), the teacher's
@@ -52,6 +52,7 @@ import torch
 
 from treetune_recipe.cpo.cpo_advantage_wrappers import get_cpo_wrapper
 from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, TEACHER_TOPK_LOG_PROBS, TOPK_IDS
+from treetune_recipe.cpo.cpo_terms import succeeded
 from treetune_verl.config_block import dataclass_from_block
 from treetune_verl.second_log_prob import score_batch
 
@@ -162,7 +163,7 @@ def build_dump(
             difficulty=tensors["difficulty"],
             cfg=cpo_config,
         )
-    correct = tensors["seq_rewards"] == cpo_config.success_value
+    correct = succeeded(tensors["seq_rewards"], cpo_config.success_value)
     prompt_width = tensors["prompts"].shape[1]
     hint_width = hint_batch.batch["prompts"].shape[1]
     rows = []

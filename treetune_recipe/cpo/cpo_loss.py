@@ -32,6 +32,7 @@ import torch
 
 from treetune_recipe.cpo.cpo_advantage_wrappers import get_cpo_wrapper
 from treetune_recipe.cpo.cpo_core_algos import apply_loss_position
+from treetune_recipe.cpo.cpo_terms import succeeded
 
 # Batch keys the CPO loss reads; the trainer adds the first three (names fixed) before the actor update.
 CPO_BATCH_KEYS = ("gw_log_probs", "seq_rewards", "difficulty", "old_log_probs", "advantages", "response_mask")
@@ -124,7 +125,7 @@ def cpo_ppo_loss(config, model_output=None, data=None, dp_group=None, *, cpo, st
 def _cpo_metrics(data, advantages, new_advantages, loss_mask, success_value: float) -> dict[str, float]:
     """Masked means over the valid tokens of the original response mask (one host sync for all of them)."""
     valid = data["response_mask"].bool()
-    correct = valid & (data["seq_rewards"] == success_value).unsqueeze(-1)
+    correct = valid & succeeded(data["seq_rewards"], success_value).unsqueeze(-1)
     wrong = valid & ~correct
     delta = new_advantages - advantages
     terms = {

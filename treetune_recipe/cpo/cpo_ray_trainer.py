@@ -58,12 +58,13 @@ from treetune_recipe.cpo.cpo_core_algos import compute_difficulty_mask  # import
 from treetune_recipe.cpo.cpo_credit_dump import maybe_dump_credit
 from treetune_recipe.cpo.cpo_hint import build_hint_batch
 from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, TEACHER_TOPK_LOG_PROBS, TOPK_IDS, context_rows_only, cpo_ppo_loss
+from treetune_recipe.cpo.cpo_terms import succeeded
 from treetune_recipe.cpo.preflight import cpo_is_enabled
 from treetune_recipe.cpo.teacher import Teacher
 from treetune_recipe.cpo.teacher_context import build_teacher_batch
+from treetune_verl.checkpoint_saves import CompleteCheckpointsMixin
 from treetune_verl.patches import request_entropy_in_actor_updates
 from treetune_verl.rollout_health import RolloutHealthMixin
-from treetune_verl.run_folder import CompleteCheckpointsMixin
 from treetune_verl.second_log_prob import score_batch
 
 
@@ -86,9 +87,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
             # (responses, top-k ids [B, T, k]) of the step's old-log-prob pass, for a student_topk method.
             self.student_topk: tuple[torch.Tensor, torch.Tensor] | None = None
             print(f"[cpo] method: {self.method.describe()}")
-            print(
-                f"[cpo] teacher of the hinted pass: {self.teacher.name} ({self.cpo_config.teacher_config.describe()})"
-            )
+            print(f"[cpo] teacher of the hinted pass: {self.teacher.name} ({self.teacher.config.describe()})")
 
     def init_workers(self):
         super().init_workers()
@@ -223,7 +222,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
                 method,
                 self.cpo_config.knobs,
                 batch,
-                success=seq_rewards == self.cpo_config.success_value,
+                success=succeeded(seq_rewards, self.cpo_config.success_value),
                 tokenizer=self.tokenizer,
                 hint_config=self.hint_config,
                 chat_template_kwargs=self.config.data.get("apply_chat_template_kwargs", None),
@@ -337,7 +336,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         return {
             "cpo/group_all_wrong_frac": (labels == -1).float().mean().item(),
             "cpo/group_all_correct_frac": (labels == 1).float().mean().item(),
-            "cpo/success_frac": (seq_rewards == success_value).float().mean().item(),
+            "cpo/success_frac": succeeded(seq_rewards, success_value).float().mean().item(),
         }
 
     def _step_cpo_metrics(self, batch: DataProto, scored_rows: torch.Tensor) -> dict[str, float]:
@@ -349,7 +348,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         valid = batch.batch["response_mask"].bool()
         gw_log_probs, old_log_probs = batch.batch["gw_log_probs"], batch.batch["old_log_probs"]
         ratios, mis = log_ratio(gw_log_probs, old_log_probs), mutual_information(gw_log_probs, old_log_probs)
-        correct_rows = batch.batch["seq_rewards"] == self.cpo_config.success_value
+        correct_rows = succeeded(batch.batch["seq_rewards"], self.cpo_config.success_value)
         metrics = {}
         scored_tokens = valid & scored_rows.to(valid.device)[:, None]
         if scored_tokens.any():

@@ -23,6 +23,7 @@ Notation (all ``[B, T]`` unless noted; B responses, T padded response width):
            ``old_log_probs``)
     H      current-policy token entropy (detached)
     r      sequence reward ``[B]``; D difficulty ``[B]`` (-1 all wrong, +1 all correct, 0 mixed)
+    s      ``cfg.success_value``, the reward of a correct response (1 unless configured: the reference's r == 1)
     δ      log-ratio g - o;  ρ̃ = clamp(exp δ, 1/λ, λ);  MI = exp(g)·δ;  MI_c = min(MI, 10);  δ_c = clamp(δ, ±10)
     U      per-sequence min-max entropy over valid tokens, in [0, 1] on V
     K̄, Ū   per-sequence mean of δ and of H over valid tokens (broadcast over T)
@@ -38,10 +39,25 @@ import torch
 # Primitives
 # ----------------------------------------------------------------------------------------------------------------------
 
+#: The reward of a correct response, ``cpo.success_value``'s default (the reference's ``r == 1``).
+DEFAULT_SUCCESS_VALUE = 1.0
 MI_CLAMP_MAX = 10.0  # upper clamp of MI in the *_clamp_* wrappers
 LOG_RATIO_CLAMP = 10.0  # symmetric clamp of δ in the tok_kl wrappers
 _UNCERTAINTY_EPS = 1e-8  # denominator guard of the min-max uncertainty
 _SEQ_MEAN_EPS = 1e-10  # denominator guard of the per-sequence means
+
+
+def succeeded(seq_rewards: torch.Tensor, success_value: float) -> torch.Tensor:
+    """Which responses are correct: reward == ``success_value``, exact float equality (the reference's ``r == 1``); any
+    other reward is a failure. ``[B] -> bool [B]``. The recipe's one definition of a correct response: the wrappers'
+    rows (:class:`CPORows`), the difficulty labels, the teacher contexts, the credit dump and the metrics use it."""
+    return seq_rewards == success_value
+
+
+def success_value_of(cfg) -> float:
+    """``cfg.success_value``; :data:`DEFAULT_SUCCESS_VALUE` for a ``cfg`` without one (a wrapper's ``cfg`` needs only
+    the knobs its formula reads; the trainer passes its ``CPOConfig``, which always has it)."""
+    return getattr(cfg, "success_value", DEFAULT_SUCCESS_VALUE)
 
 
 def log_ratio(gw_log_probs: torch.Tensor, old_log_probs: torch.Tensor) -> torch.Tensor:
@@ -89,13 +105,20 @@ def clamp_signs(advantages: torch.Tensor, nonneg_where: torch.Tensor, nonpos_whe
 
 class CPORows:
     """Per-response predicates ``[B]`` (bool) of the reward r and the difficulty D, shared by the wrappers and by
-    the rules that say which rows read the hint (:func:`rows_reading_hint`)."""
+    the rules that say which rows read the hint (:func:`rows_reading_hint`). ``success_value`` is s, the reward of a
+    correct response: the reference's conditions r == 1 and r == -1 are r == s and r == -s."""
 
-    def __init__(self, seq_rewards: torch.Tensor, difficulty: torch.Tensor, advantages: torch.Tensor | None = None):
+    def __init__(
+        self,
+        seq_rewards: torch.Tensor,
+        difficulty: torch.Tensor,
+        advantages: torch.Tensor | None,
+        success_value: float,
+    ):
         self._advantages = advantages
-        self.correct = seq_rewards == 1  # r == 1
-        self.wrong = seq_rewards != 1  # r != 1
-        self.minus_one = seq_rewards == -1  # r == -1 (never true with 0/1 rewards)
+        self.correct = succeeded(seq_rewards, success_value)  # r == s
+        self.wrong = ~self.correct  # r != s
+        self.minus_one = seq_rewards == -success_value  # r == -s (never true with 0/1 rewards)
         self.all_correct_group = difficulty == 1
         self.all_wrong_group = difficulty == -1
         self.mixed_group = difficulty == 0
@@ -120,13 +143,15 @@ class CPOTerms:
     (``[B, 1]``) and combined with a token set by the formulas. Both come from :class:`CPORows`.
     """
 
-    def __init__(self, advantages, gw_log_probs, old_log_probs, entropy, response_mask, seq_rewards, difficulty):
+    def __init__(
+        self, advantages, gw_log_probs, old_log_probs, entropy, response_mask, seq_rewards, difficulty, success_value
+    ):
         self.advantages = advantages
         self.gw_log_probs = gw_log_probs
         self.old_log_probs = old_log_probs
         self.entropy = entropy
         self.response_mask = response_mask
-        self.rows = CPORows(seq_rewards, difficulty, advantages)
+        self.rows = CPORows(seq_rewards, difficulty, advantages, success_value)
 
     @cached_property
     def valid(self) -> torch.Tensor:
@@ -134,17 +159,17 @@ class CPOTerms:
 
     @cached_property
     def correct_tokens(self) -> torch.Tensor:
-        """V ∧ (r == 1)."""
+        """V ∧ (r == s)."""
         return self.valid & self.rows.correct[:, None]
 
     @cached_property
     def wrong_tokens(self) -> torch.Tensor:
-        """V ∧ (r != 1)."""
+        """V ∧ (r != s)."""
         return self.valid & self.rows.wrong[:, None]
 
     @cached_property
     def minus_one_tokens(self) -> torch.Tensor:
-        """V ∧ (r == -1) (never true with 0/1 rewards)."""
+        """V ∧ (r == -s) (never true with 0/1 rewards)."""
         return self.valid & self.rows.minus_one[:, None]
 
     @cached_property
@@ -247,7 +272,16 @@ def as_wrapper(formula: Callable[[CPOTerms, object], torch.Tensor]) -> CPOWrappe
         difficulty: torch.Tensor,
         cfg,
     ) -> torch.Tensor:
-        terms = CPOTerms(advantages, gw_log_probs, old_log_probs, entropy, response_mask, seq_rewards, difficulty)
+        terms = CPOTerms(
+            advantages,
+            gw_log_probs,
+            old_log_probs,
+            entropy,
+            response_mask,
+            seq_rewards,
+            difficulty,
+            success_value_of(cfg),
+        )
         out = formula(terms, cfg)
         return out.clone() if out is advantages else out
 

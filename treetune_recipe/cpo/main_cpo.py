@@ -34,8 +34,9 @@ from verl.utils.device import auto_set_device
 
 from treetune_recipe.cpo.config import apply_method_run_settings, check_cpo_overrides
 from treetune_recipe.cpo.preflight import check_cpo_run
+from treetune_verl.clean_exit import RearmSigterm, exit_on_sigterm, shutdown_ray
 from treetune_verl.preflight import PreflightError, check_run_config
-from treetune_verl.run_folder import RearmSigterm, RunFolderError, exit_on_sigterm, prepare_run_folder, shutdown_ray
+from treetune_verl.run_folder import RunFolderError, prepare_run_folder
 
 
 @hydra.main(config_path="config", config_name="cpo_trainer", version_base=None)

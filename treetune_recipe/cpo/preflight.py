@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from treetune_recipe.cpo.config import CHANGING_TEACHERS, CPOConfig
+from treetune_recipe.cpo.config import CPOConfig
 from treetune_recipe.cpo.cpo_hint import HintConfig, hint_question, hint_solution, shortest_hint_prompt_lengths
 from treetune_verl.preflight import PreflightError
 from treetune_verl.rollout_health import RolloutHealthConfig
@@ -119,7 +119,7 @@ def check_teacher_worker(config, cpo_config: CPOConfig) -> None:
     # SYNC WARNING: verl/trainer/main_ppo_v0.py:TaskRunner.add_actor_rollout_worker (LoRA: the reference is the actor
     # without its adapter, no model of its own)
     lora = (model.get("lora") or {}).get("rank", 0) > 0 or model.get("lora_rank", 0) > 0
-    if teacher in CHANGING_TEACHERS and (lora or model.get("lora_adapter_path") is not None):
+    if cpo_config.teacher_config.changes_weights and (lora or model.get("lora_adapter_path") is not None):
         raise PreflightError(
             f"cpo.teacher={teacher} changes the reference model's weights from the actor's, but with LoRA the "
             "reference is the actor without its adapter (no model of its own to change). Use cpo.teacher=initial "

@@ -11,20 +11,76 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The teacher of a run, as one object: which worker scores it, when its weights change and what it logs.
+"""The teacher of a run: every fact that depends on which teacher it is, in this module.
 
-:class:`Teacher` wraps the resolved :class:`treetune_recipe.cpo.config.TeacherConfig` with the run's state. The
-trainer calls :meth:`Teacher.before_reference_pass` before verl's reference pass of each step (a ``refreshed`` teacher
-takes the actor's weights when due, or after a resume), :meth:`Teacher.after_update` after each actor update (an
-``ema`` teacher moves towards the actor) and :meth:`Teacher.metrics` once per step.
+:class:`TeacherConfig` is the resolved teacher (``CPOConfig.teacher_config``: its name, where it comes from, its rates)
+and what follows from its name alone: which worker scores it, whether the trainer changes its weights, when a
+``refreshed`` one takes the actor's. :class:`Teacher` wraps it with the run's state. The trainer calls
+:meth:`Teacher.before_reference_pass` before verl's reference pass of each step (a ``refreshed`` teacher takes the
+actor's weights when due, or after a resume), :meth:`Teacher.after_update` after each actor update (an ``ema`` teacher
+moves towards the actor) and :meth:`Teacher.metrics` once per step. No other module compares a teacher's name.
 """
 
 from __future__ import annotations
 
-from treetune_recipe.cpo.config import TEACHERS, TeacherConfig
+from dataclasses import dataclass
 
+#: Teachers of the hinted pass, i.e. whose distribution of the response under the hint prompt the method reads:
+#: ``policy``: the rollout policy, scored by the actor (moves with the student every step; CPO's own reference);
+#: ``initial``: the model the run started from, held fixed (verl's reference-policy worker, or the actor without its
+#: LoRA adapter when the reference lives in the actor); ``refreshed``: the reference worker, overwritten with the
+#: actor's weights after every ``teacher_refresh_steps`` steps; ``ema``: the reference worker, moved towards the actor
+#: after every update, θ_T ← (1-τ)·θ_T + τ·θ, τ = ``teacher_ema_rate``.
+TEACHERS = ("policy", "initial", "refreshed", "ema")
+#: Teachers scored by verl's reference-policy worker (it must exist: ``actor_rollout_ref.actor.use_kl_loss=true``).
+REFERENCE_TEACHERS = ("initial", "refreshed", "ema")
+#: Teachers whose weights the trainer changes (overwrites or averages): the reference must be a model of its own.
+CHANGING_TEACHERS = ("refreshed", "ema")
 #: The metric set to 1 for the run's teacher, one name per teacher (``cpo.teacher``).
 TEACHER_METRICS = {name: f"cpo/teacher/{name}" for name in TEACHERS}
+
+
+@dataclass(frozen=True)
+class TeacherConfig:
+    """The teacher of the hinted pass, resolved (built by ``CPOConfig`` from ``cpo.teacher``, its rate keys and the
+    method's published teacher).
+
+    Attributes:
+        name: one of :data:`TEACHERS`.
+        source: ``cpo.teacher`` when set, else ``published setting of <wrap_method>``.
+        refresh_steps: ``refreshed``: the reference takes the actor's weights after every this many updates.
+        ema_rate: ``ema``: τ of θ_T ← (1-τ)·θ_T + τ·θ after every update.
+    """
+
+    name: str
+    source: str
+    refresh_steps: int
+    ema_rate: float
+
+    @property
+    def on_reference_worker(self) -> bool:
+        """Whether verl's reference-policy worker scores this teacher (else the actor does)."""
+        return self.name in REFERENCE_TEACHERS
+
+    @property
+    def changes_weights(self) -> bool:
+        """Whether the trainer changes this teacher's weights (the reference worker's) during the run."""
+        return self.name in CHANGING_TEACHERS
+
+    def refresh_due(self, step: int) -> bool:
+        """Whether a ``refreshed`` teacher takes the actor's weights before step ``step`` (1-based) reads it: after
+        every ``refresh_steps``-th update, i.e. at steps N+1, 2N+1, ..."""
+        return self.name == "refreshed" and step > 1 and (step - 1) % self.refresh_steps == 0
+
+    def describe(self) -> str:
+        """One line for the start-up log: where the teacher comes from and what scores it."""
+        scorer = {
+            "policy": "the actor, with the rollout policy's weights",
+            "initial": "the reference worker, the starting model held fixed",
+            "refreshed": f"the reference worker, given the actor's weights every {self.refresh_steps} steps",
+            "ema": f"the reference worker, moved towards the actor by τ = {self.ema_rate} after every update",
+        }[self.name]
+        return f"{self.source}; scored by {scorer}"
 
 
 class Teacher:
@@ -47,7 +103,7 @@ class Teacher:
         """A ``refreshed`` teacher takes the actor's weights when its refresh is due at ``step``, and on the first step
         after a resume (verl does not checkpoint the reference: it holds the starting model again). An ``ema`` teacher
         resumed the same way restarts from the resumed actor (its average is not checkpointed either)."""
-        if self.name not in ("refreshed", "ema"):
+        if not self.config.changes_weights:
             return
         resumed = self.weights_step is None and step > 1
         if resumed:

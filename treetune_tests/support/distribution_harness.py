@@ -22,8 +22,8 @@ Shared by ``treetune_tests/treetune_recipe/cpo/test_distribution_loss_engine_on_
 - :func:`check_engine_update` (:data:`CASES`): one real update with ``distillation_use_topk=True``; the engine's
   ``actor/distill_loss`` and grad norm equal the fp32 loss written here (:func:`expected_update`), the PG term is 0,
   and each corruption of :data:`CONTROLS` fails the same assertions.
-- :func:`check_losses_on_device`: ``method_token_loss`` + ``distribution_loss`` on random logits on a device under
-  bf16 autocast (as inside the engine) against fp32 on CPU.
+- The loss alone on random logits on a device under bf16 autocast against fp32 on CPU:
+  :mod:`treetune_tests.support.distribution_device_loss` (``check_losses_on_device``).
 
 The expected loss is written independently of ``treetune_recipe.cpo.distribution_losses``: on probabilities (the
 mixture and the tail bucket as sums of probabilities), not log-space mixtures.
@@ -45,13 +45,14 @@ from verl.utils import tensordict_utils as tu
 from treetune_recipe.cpo.config import CPOConfig
 from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, TEACHER_TOPK_LOG_PROBS, TOPK_IDS, context_rows_only, cpo_ppo_loss
 from treetune_tests.support import engine_harness as harness
+from treetune_tests.support.fp32_reference import BATCH, rollout_batch
 from treetune_tests.support.shards import load_shards, local_shards
 
 #: Sampling temperature of the batch (OPSD's τ): every log-softmax, the engine's and the expected one, is of logits/τ.
 TEMPERATURE = 1.1
 #: Rows with a teacher context (cpo_context_mask); the others must not count in the loss.
 SOME_CONTEXT = (1, 0, 1, 1, 0, 1, 1, 0)
-ALL_CONTEXT = (1,) * harness.BATCH
+ALL_CONTEXT = (1,) * BATCH
 #: ``k = 0``: every row of the output layer (the trainer's ``top_k=0``), padding rows included.
 EVERY_ID = 0
 
@@ -71,10 +72,6 @@ FP32_UPDATE = Tolerance(rtol=1e-4, atol=1e-6)
 BF16_UPDATE = Tolerance(rtol=0.05, atol=1e-3)
 #: The engine's parameters and forward in bf16 (autocast), verl's default on a GPU, in place of the CPU profile's fp32.
 BF16_OVERRIDES = ("actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16",)
-#: The losses on random logits on a device under bf16 autocast vs fp32 on CPU (as the wrappers' GPU test).
-DEVICE_LOSS = Tolerance(rtol=1e-5, atol=1e-5)
-#: ... and the gradient of the loss with respect to the bf16 logits, itself bf16: one bf16 rounding step (2^-7).
-DEVICE_GRADIENT = Tolerance(rtol=1e-2, atol=1e-7)
 
 
 @dataclass(frozen=True)
@@ -124,7 +121,7 @@ def compose_config(model_path: Path, *overrides: str):
         model_path,
         *harness.UNCLIPPED,
         "actor_rollout_ref.actor.use_dynamic_bsz=false",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={harness.BATCH}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={BATCH}",
         "actor_rollout_ref.actor.use_kl_loss=false",
         *overrides,
     )
@@ -147,7 +144,7 @@ def distribution_engine(assets_dir: Path, *overrides: str):
     model_path = Path(assets_dir) / "model"
     config = compose_config(model_path, *overrides)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    plain = harness.rollout_batch(model_path, tokenizer, seed=2)
+    plain = rollout_batch(model_path, tokenizer, seed=2)
     plain.meta_info["temperature"] = TEMPERATURE
     hint_config = HintConfig.from_config(config.cpo.hint).resolve(config.data.max_prompt_length)
     hint, _ = build_hint_batch(plain, tokenizer, hint_config)
@@ -409,135 +406,6 @@ def check_engine_update(engine: dict, name: str, tolerance: Tolerance) -> dict[s
             assert_update_matches(got, corrupted, tolerance, f"{name} vs {control}")
         distance = (got.as_tensor() - corrupted.as_tensor()).abs() / corrupted.as_tensor().abs().clamp(min=1e-12)
         measured[control] = distance.max().item()
-    return measured
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# The loss alone on random logits, on a device under bf16 autocast
-# ----------------------------------------------------------------------------------------------------------------------
-
-
-def random_micro_batch(method: str, vocab: int = 1000, k: int = 100, seed: int = 0):
-    """An engine micro-batch of :data:`harness.BATCH` rows (left-padded prompts, right-padded responses of mixed
-    lengths, some rows without a context) with the case keys of ``method``, and random packed student logits
-    ``[1, nnz, vocab]`` (bf16 values: what the engine's output layer gives under autocast).
-
-    The ids are the teacher's top-k (opsd) or the student's (sdpo); ``old_log_probs`` lie 0, 2 or -0.5 nats from the
-    student's sampled-token log-probs (SDPO's weight 1, clipped at 2, 0.61)."""
-    from verl.utils.model import compute_position_id_with_mask
-
-    gen = torch.Generator().manual_seed(seed)
-    rows, prompt_width, width = harness.BATCH, 6, 40
-    prompt_lens = torch.randint(1, prompt_width + 1, (rows,), generator=gen)
-    response_lens = torch.randint(1, width + 1, (rows,), generator=gen)
-    response_lens[0] = width
-    prompt_mask = (torch.arange(prompt_width)[None, :] >= prompt_width - prompt_lens[:, None]).long()
-    response_mask = (torch.arange(width)[None, :] < response_lens[:, None]).long()
-    prompts = torch.randint(0, vocab, (rows, prompt_width), generator=gen) * prompt_mask
-    responses = torch.randint(0, vocab, (rows, width), generator=gen) * response_mask
-    attention_mask = torch.cat([prompt_mask, response_mask], dim=-1)
-    tensors = {
-        "prompts": prompts,
-        "responses": responses,
-        "input_ids": torch.cat([prompts, responses], dim=-1),
-        "attention_mask": attention_mask,
-        "position_ids": compute_position_id_with_mask(attention_mask),
-        "response_mask": response_mask,
-        "advantages": torch.randn(rows, 1, generator=gen) * response_mask,
-    }
-    # Logits of every prompt + response position, packed as the engine packs them (rows without padding).
-    packed = torch.cat([(torch.randn(int(n), vocab, generator=gen) * 3) for n in prompt_lens + response_lens])
-    logits = packed.bfloat16().float()[None]
-    student = torch.zeros(rows, width, vocab)
-    starts = torch.cat([torch.zeros(1, dtype=torch.long), (prompt_lens + response_lens).cumsum(0)[:-1]])
-    for i in range(rows):
-        first = int(starts[i] + prompt_lens[i] - 1)
-        student[i, : response_lens[i]] = torch.log_softmax(logits[0, first : first + int(response_lens[i])], -1)
-    teacher = torch.log_softmax(student * 0.5 + torch.randn(rows, width, vocab, generator=gen), -1)
-    ids = (teacher if method == "opsd" else student).topk(k, dim=-1).indices * response_mask[..., None]
-    sampled = student.gather(-1, responses[..., None])[..., 0]
-    shifts = torch.tensor([0.0, 2.0, -0.5]).repeat(rows * width // 3 + 1)[: rows * width].view(rows, width)
-    tensors.update(
-        {
-            TOPK_IDS: ids,
-            TEACHER_TOPK_LOG_PROBS: teacher.gather(-1, ids) * response_mask[..., None],
-            CONTEXT_MASK: torch.tensor(SOME_CONTEXT, dtype=torch.float32),
-            "old_log_probs": (sampled - shifts) * response_mask,
-        }
-    )
-    batch = DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
-    return batch, logits
-
-
-def device_loss(actor_config, method: str, batch: DataProto, logits: torch.Tensor, device: str, autocast: bool):
-    """``cpo_ppo_loss``'s two engine calls on ``device`` (the logits call, then the loss call with the engine's
-    sampled-token log-probs from the same logits); returns ``(per-token loss [B, T], loss, distill metric, d loss /
-    d logits)`` on CPU in fp32."""
-    from verl.workers.utils.padding import no_padding_2_padding
-
-    from treetune_recipe.cpo.cpo_loss import TOKEN_LOSS
-
-    cpo = cpo_config(method)
-    data = harness.engine_format(batch, actor_config).to(device)
-    dtype = torch.bfloat16 if autocast else torch.float32
-    student_logits = logits.detach().to(device=device, dtype=dtype).clone().requires_grad_(True)
-    context = torch.autocast(device_type=device, dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
-    with context:
-        model_output = cpo_ppo_loss(actor_config, data=data, cpo=cpo, student_logits=student_logits)
-        # the sampled tokens' log-probs, packed as the engine's log_probs (position j predicts token j + 1)
-        ids = data["input_ids"].values()
-        log_probs = torch.log_softmax(student_logits[0].float(), -1).gather(-1, ids.roll(-1)[:, None])[:, 0]
-        model_output["log_probs"] = torch.nested.nested_tensor_from_jagged(log_probs, data["input_ids"].offsets())
-        model_output[TOKEN_LOSS] = torch.nested.nested_tensor_from_jagged(
-            model_output[TOKEN_LOSS][0], data["input_ids"].offsets()
-        )
-        loss, metrics = cpo_ppo_loss(actor_config, model_output, data, cpo=cpo)
-    loss.backward()
-    per_token = no_padding_2_padding(model_output[TOKEN_LOSS], data)
-    return (
-        per_token.detach().float().cpu(),
-        loss.detach().float().cpu(),
-        torch.tensor(metrics["actor/distill_loss"].aggregate()),
-        student_logits.grad.float().cpu(),
-    )
-
-
-def assert_device_loss_matches(got: tuple, expected: tuple, what: str) -> None:
-    """Per-token loss, loss and distill metric within :data:`DEVICE_LOSS`; the gradient (bf16, as the logits) within
-    :data:`DEVICE_GRADIENT`."""
-    names = ("per-token loss", "loss", "distill loss", "gradient")
-    for name, g, e in zip(names, got, expected, strict=True):
-        tolerance = DEVICE_GRADIENT if name == "gradient" else DEVICE_LOSS
-        torch.testing.assert_close(
-            g, e, rtol=tolerance.rtol, atol=tolerance.atol, msg=lambda m, n=name: f"{what}, {n}: {m}"
-        )
-
-
-def check_losses_on_device(actor_config, method: str, device: str) -> dict[str, float]:
-    """The loss on random logits on ``device`` under bf16 autocast equals fp32 on CPU (per-token loss, loss, distill
-    metric, gradient). Controls, which must fail the same assertion: the CPU loss with the teacher's log-probs
-    rounded to bf16 (a loss computed in bf16), and with the ids one position late. Returns the measured max errors
-    and, per control, its max distance from the device's per-token loss."""
-    batch, logits = random_micro_batch(method)
-    expected = device_loss(actor_config, method, batch, logits, "cpu", autocast=False)
-    got = device_loss(actor_config, method, batch, logits, device, autocast=True)
-    assert_device_loss_matches(got, expected, f"{method} on {device}")
-    assert float(expected[2]) > 0 and float(expected[3].abs().max()) > 0
-    measured = {
-        name: (g - e).abs().max().item() for name, g, e in zip(("per-token", "loss", "distill", "grad"), got, expected)
-    }
-    for control in ("bf16 teacher", "ids one position late"):
-        tensors = batch.batch.clone()
-        if control == "bf16 teacher":
-            tensors[TEACHER_TOPK_LOG_PROBS] = tensors[TEACHER_TOPK_LOG_PROBS].bfloat16().float()
-        else:
-            tensors[TOPK_IDS] = roll_positions(tensors[TOPK_IDS])
-            tensors[TEACHER_TOPK_LOG_PROBS] = roll_positions(tensors[TEACHER_TOPK_LOG_PROBS])
-        corrupted_batch = DataProto(batch=tensors, meta_info=batch.meta_info)
-        corrupted = device_loss(actor_config, method, corrupted_batch, logits, "cpu", autocast=False)
-        with pytest.raises(AssertionError):
-            assert_device_loss_matches(got, corrupted, f"{method} vs {control}")
-        measured[control] = (got[0] - corrupted[0]).abs().max().item()
     return measured
 
 

@@ -28,12 +28,24 @@ def log_tail(run: TrainingRun, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(run.log_path.read_text().splitlines()[-lines:])
 
 
-def finished_run_metrics(run: TrainingRun, run_dir: Path, steps: int | None = None) -> dict[int, dict[str, float]]:
-    """The metrics by step of a run that exited by itself with status 0 (not killed at its time limit) and, when
-    ``steps`` is given, logged a training record of each step ``1..steps`` exactly once; fails with the tail of the
-    run's log otherwise."""
+def ended_run_log(run: TrainingRun) -> str:
+    """The whole log of a run that ended by itself, i.e. was not killed at its time limit (whatever its exit status);
+    fails with the tail of the log otherwise."""
     assert not run.timed_out, f"run exceeded its time limit after {run.wall_s:.0f} s:\n{log_tail(run)}"
+    return run.log_path.read_text()
+
+
+def finished_run_log(run: TrainingRun) -> str:
+    """The whole log of a run that ended by itself with exit status 0; fails with the tail of the log otherwise."""
+    log = ended_run_log(run)
     assert run.returncode == 0, f"exit status {run.returncode}:\n{log_tail(run)}"
+    return log
+
+
+def finished_run_metrics(run: TrainingRun, run_dir: Path, steps: int | None = None) -> dict[int, dict[str, float]]:
+    """The metrics by step of a run that finished (:func:`finished_run_log`) and, when ``steps`` is given, logged a
+    training record of each step ``1..steps`` exactly once; fails with the tail of the run's log otherwise."""
+    finished_run_log(run)
     metrics_path = Path(run_dir) / METRICS_FILE
     if steps is not None:  # each training step once (a validation-only record is not a step)
         logged = training_steps(metrics_path)

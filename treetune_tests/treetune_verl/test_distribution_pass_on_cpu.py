@@ -32,6 +32,7 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
 from treetune_tests.support import engine_harness as harness
+from treetune_tests.support import fp32_reference as reference
 from treetune_tests.support.shards import load_shards, local_shards
 from treetune_verl.distribution_pass import (
     TOPK_K,
@@ -63,7 +64,7 @@ def engine():
         # The worker class's methods on the harness's actor and reference (no Ray: its __init__ would build them).
         worker = object.__new__(RefreshableReferenceWorker)
         worker.actor, worker.ref, worker.role = h["actor"], h["ref"], "actor_rollout_ref"
-        plain = harness.rollout_batch(h["model_path"], h["tokenizer"], seed=2)
+        plain = reference.rollout_batch(h["model_path"], h["tokenizer"], seed=2)
         hint, _ = build_hint_batch(plain, h["tokenizer"], h["hint_config"])
         assert torch.equal(hint.batch["responses"], plain.batch["responses"])
         fp32 = AutoModelForCausalLM.from_pretrained(h["model_path"], dtype=torch.float32, attn_implementation="sdpa")
@@ -102,8 +103,8 @@ def assert_topk_matches(ids, log_probs, expected, mask, what: str) -> None:
     up to bf16 near-ties), and at least 90 % of the ids exactly."""
     mask = mask.bool()
     top = expected.topk(ids.shape[-1], dim=-1)
-    harness.assert_scores_match(log_probs[mask], top.values[mask], f"{what}: top-k log-probs")
-    harness.assert_scores_match(expected.gather(-1, ids)[mask], top.values[mask], f"{what}: fp32 log-probs at ids")
+    reference.assert_scores_match(log_probs[mask], top.values[mask], f"{what}: top-k log-probs")
+    reference.assert_scores_match(expected.gather(-1, ids)[mask], top.values[mask], f"{what}: fp32 log-probs at ids")
     agree = (ids == top.indices)[mask].float().mean().item()
     assert agree >= 0.9, f"{what}: only {agree:.2f} of the top-k ids agree"
 
@@ -145,7 +146,7 @@ def test_given_ids_and_the_whole_vocabulary_match_fp32_transformers(engine):
     assert tu.get(data, "compute_loss") is False and "treetune_topk_row" not in data.keys()  # the request is intact
     assert torch.equal(output["topk_ids"], ids * mask[..., None])
     m = mask.bool()
-    harness.assert_scores_match(got[m], expected.gather(-1, ids)[m], "log-probs at given ids")
+    reference.assert_scores_match(got[m], expected.gather(-1, ids)[m], "log-probs at given ids")
     # The sampled token's column is the engine's own log-prob from the same forward (same logits, row order kept).
     own = no_padding_2_padding(output["log_probs"], data).float()
     torch.testing.assert_close(got[..., 0][m], own[m], atol=2e-2, rtol=0)
@@ -154,7 +155,7 @@ def test_given_ids_and_the_whole_vocabulary_match_fp32_transformers(engine):
         "wrong ids": expected.gather(-1, (ids + 1) % vocab),
     }.items():
         with pytest.raises(AssertionError):
-            harness.assert_scores_match(got[m], corrupted[m], f"log-probs at given ids vs {name}")
+            reference.assert_scores_match(got[m], corrupted[m], f"log-probs at given ids vs {name}")
 
     full = topk_log_probs(engine["ref"], request(hint), k=0)
     rows = full["topk_ids"].shape[-1]
@@ -163,9 +164,9 @@ def test_given_ids_and_the_whole_vocabulary_match_fp32_transformers(engine):
     assert torch.equal(full["topk_ids"][m].sort(-1).values, torch.arange(rows).expand(int(m.sum()), rows))
     by_id = torch.zeros(*mask.shape, rows).scatter(-1, full["topk_ids"], full["topk_log_probs"])
     top = expected.topk(20, dim=-1)
-    harness.assert_scores_match(by_id.gather(-1, top.indices)[m], top.values[m], "whole vocabulary, 20 likeliest")
+    reference.assert_scores_match(by_id.gather(-1, top.indices)[m], top.values[m], "whole vocabulary, 20 likeliest")
     with pytest.raises(AssertionError):
-        harness.assert_scores_match(by_id.gather(-1, (top.indices + 1) % vocab)[m], top.values[m], "wrong ids")
+        reference.assert_scores_match(by_id.gather(-1, (top.indices + 1) % vocab)[m], top.values[m], "wrong ids")
 
 
 @needs_hook
@@ -260,11 +261,11 @@ def test_layout_helpers_inside_an_actor_update_give_the_sampled_log_probs_and_a_
     m = mask.bool()
     gathered, own = probe.by_row("gathered", len(batch)), probe.by_row("log_probs", len(batch))
     torch.testing.assert_close(gathered[m], own[m], atol=2e-2, rtol=0)  # the engine's own log-probs, same logits
-    expected, _, _ = harness.reference_outputs(engine["model_path"], batch)
-    harness.assert_scores_match(gathered * mask, expected, "gathered log-probs in the update", mask)
+    expected, _, _ = reference.reference_outputs(engine["model_path"], batch)
+    reference.assert_scores_match(gathered * mask, expected, "gathered log-probs in the update", mask)
     shifted = probe.by_row("shifted", len(batch))
     with pytest.raises(AssertionError):
-        harness.assert_scores_match(shifted * mask, expected, "shifted gathered log-probs", mask)
+        reference.assert_scores_match(shifted * mask, expected, "shifted gathered log-probs", mask)
     # The loss only reads the gathered values: a non-zero gradient and changed weights come through the gather.
     assert float(torch.as_tensor(metrics["grad_norm"]).mean()) > 0
     assert any(not torch.equal(before[name], after[name]) for name in before)
@@ -300,7 +301,7 @@ def test_score_batch_returns_topk_in_the_callers_order_after_padding_and_balanci
     assert scores.topk_ids.shape == (7, mask.shape[1], K) and scores.entropy is not None
     assert_topk_matches(scores.topk_ids, scores.topk_log_probs, expected, mask, "score_batch top-k")
     sampled = expected.gather(-1, hint.batch["responses"][..., None])[..., 0]
-    harness.assert_scores_match(scores.log_probs, sampled * mask, "score_batch log-probs", mask)
+    reference.assert_scores_match(scores.log_probs, sampled * mask, "score_batch log-probs", mask)
     (sent,) = trainer.actor_rollout_wg.requests
     assert len(sent) == 8
     plain_order = [hint.batch["input_ids"][i][hint.batch["attention_mask"][i].bool()].tolist() for i in [*range(7), 0]]
@@ -310,9 +311,9 @@ def test_score_batch_returns_topk_in_the_callers_order_after_padding_and_balanci
     by_ref = score_batch(trainer, hint, on="reference", topk_ids=ids)
     assert torch.equal(by_ref.topk_ids, ids * mask[..., None]) and by_ref.entropy is None
     m = mask.bool()
-    harness.assert_scores_match(by_ref.topk_log_probs[m], expected.gather(-1, ids)[m], "score_batch given ids")
+    reference.assert_scores_match(by_ref.topk_log_probs[m], expected.gather(-1, ids)[m], "score_batch given ids")
     with pytest.raises(AssertionError):
-        harness.assert_scores_match(by_ref.topk_log_probs[m], expected.gather(-1, ids.roll(1, dims=0))[m], "rows")
+        reference.assert_scores_match(by_ref.topk_log_probs[m], expected.gather(-1, ids.roll(1, dims=0))[m], "rows")
 
 
 @needs_hook

@@ -12,8 +12,8 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """``treetune_verl.run_folder``: run locks across processes, complete checkpoints, resume fallback, metrics
-history, SIGTERM and SIGINT (also inherited as ignored) as a clean exit (no Ray; subprocesses stand in for runs
-and are killed for real)."""
+history (no Ray; subprocesses stand in for runs and are killed for real). SIGTERM and SIGINT as a clean exit:
+``test_clean_exit_on_cpu.py``."""
 
 import errno
 import json
@@ -21,23 +21,20 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
+from treetune_tests.support.child_process import start_python
 from treetune_verl import run_folder
+from treetune_verl.checkpoint_saves import CheckpointSaveError, CompleteCheckpointsMixin
 from treetune_verl.metrics_history import keep_metrics_up_to
 from treetune_verl.run_folder import (
     COMPLETE_MARKER,
     LOCK_FILE,
     TRACKER_FILE,
-    CheckpointSaveError,
-    CompleteCheckpointsMixin,
     OutputNotWritableError,
     ResumeError,
     RunFolderInUseError,
@@ -45,17 +42,6 @@ from treetune_verl.run_folder import (
     prepare_run_folder,
     resolve_resume_step,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def start_python(code: str, *args: str, **popen_kwargs) -> subprocess.Popen:
-    """A Python child that prints 'ready' once set up (the test waits for that line)."""
-    command = [sys.executable, "-c", textwrap.dedent(code), *args]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=ROOT, **popen_kwargs)
-    assert process.stdout.readline().strip() == "ready"
-    return process
-
 
 HOLD_LOCK = """
     import sys, time
@@ -126,7 +112,7 @@ SAVE_AND_DIE = """
     import os, sys, time
     from pathlib import Path
     from omegaconf import OmegaConf
-    from treetune_verl.run_folder import CompleteCheckpointsMixin
+    from treetune_verl.checkpoint_saves import CompleteCheckpointsMixin
 
     folder, step, pause_at = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 
@@ -237,61 +223,6 @@ def test_prepare_run_folder_locks_both_paths_and_trims_to_the_resume_step(tmp_pa
             prepare_run_folder(other)
     with prepare_run_folder(run_config(tmp_path, resume_mode="disable")) as folder:
         assert folder.resume_step == 0 and (tmp_path / "m.jsonl").read_text() == ""  # a fresh run starts a fresh file
-
-
-SIGTERM_CHILD = """
-    import time
-    from treetune_verl.run_folder import exit_on_sigterm
-    exit_on_sigterm()
-    try:
-        print("ready", flush=True)
-        time.sleep(600)
-    finally:
-        print("cleaned up", flush=True)
-"""
-
-
-def test_row12_sigterm_runs_the_clean_up(tmp_path):
-    child = start_python(SIGTERM_CHILD)
-    child.send_signal(signal.SIGTERM)
-    assert child.stdout.read().strip() == "cleaned up"
-    assert child.wait(timeout=30) == 128 + signal.SIGTERM
-
-
-SIGINT_CHILD = (
-    """
-    import signal
-    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # as inherited by a background job (nohup ... &)
-"""
-    + SIGTERM_CHILD
-)
-
-
-def test_row12_sigint_runs_the_clean_up_when_started_with_sigint_ignored():
-    # A background job of a non-interactive shell starts with SIGINT ignored, and children inherit that.
-    child = start_python(SIGINT_CHILD, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-    try:
-        child.send_signal(signal.SIGINT)
-        output, _ = child.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        pytest.fail("SIGINT did not stop a process started with SIGINT ignored")
-    finally:
-        child.kill()
-    assert output.strip() == "cleaned up"
-    assert child.returncode == -signal.SIGINT  # KeyboardInterrupt, as in a foreground run
-
-
-def test_exit_on_sigterm_keeps_a_sigint_handler_someone_installed():
-    def custom(signum, frame):
-        pass
-
-    previous = {signal.SIGTERM: signal.getsignal(signal.SIGTERM), signal.SIGINT: signal.signal(signal.SIGINT, custom)}
-    try:
-        run_folder.exit_on_sigterm()
-        assert signal.getsignal(signal.SIGINT) is custom
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 # -------------------------------------------------------------- a checkpoint is complete only with its step's record

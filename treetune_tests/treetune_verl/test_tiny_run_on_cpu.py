@@ -22,6 +22,7 @@ import time
 
 import pytest
 
+from treetune_tests.support.runs import finished_run_log
 from treetune_verl.tiny_run import launch_training
 
 
@@ -36,8 +37,7 @@ def ray_address_printer(tmp_path):
 
 def _launched_ray_address(module, tmp_path, **kwargs):
     run = launch_training([], tmp_path / "train.log", entry_module=module, cwd=tmp_path, timeout_s=60, **kwargs)
-    assert run.returncode == 0, run.log_path.read_text()
-    return run.log_path.read_text().strip().removeprefix("RAY_ADDRESS=")
+    return finished_run_log(run).strip().removeprefix("RAY_ADDRESS=")
 
 
 def test_a_tiny_run_ignores_a_cluster_named_in_the_callers_environment(ray_address_printer, tmp_path, monkeypatch):
@@ -70,7 +70,7 @@ def test_processes_a_run_leaves_behind_are_ended_after_it_exits(orphan_maker, tm
     import psutil
 
     run = launch_training([], tmp_path / "train.log", entry_module=orphan_maker, cwd=tmp_path, timeout_s=60)
-    assert run.returncode == 0 and not run.timed_out, run.log_path.read_text()
+    finished_run_log(run)
     sleeper = int((tmp_path / "sleeper.pid").read_text())
     # Gone (or a zombie waiting for its new parent to reap it) within a second of the kill, and the log says so.
     deadline = time.monotonic() + 5

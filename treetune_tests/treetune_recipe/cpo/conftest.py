@@ -15,9 +15,18 @@
 
 import pytest
 
+from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
+
 
 @pytest.fixture
 def verl_pad_helpers():
     """verl's pad/unpad helpers as every treetune Ray process has them (:mod:`treetune_verl.verl_runtime`):
     flash-attn's where it is installed, else verl's own pure-torch ones (process-wide, as in a run)."""
     import treetune_verl.verl_runtime  # noqa: F401  (applies the swap on import)
+
+
+@pytest.fixture(scope="module")
+def context_sensitive_assets_dir():
+    """The context-sensitive tiny assets (``CONTEXT_SENSITIVE``: log-probs that move by nats with the context), for
+    the end-to-end runs whose numbers are checked."""
+    return build_tiny_assets(config=CONTEXT_SENSITIVE)

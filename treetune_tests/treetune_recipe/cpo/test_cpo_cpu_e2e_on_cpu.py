@@ -35,16 +35,15 @@ import pytest
 from safetensors.torch import load_file
 
 from treetune_recipe.cpo import ENTRY_MODULE
-from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
-from treetune_tests.support import engine_harness as HARNESS
+from treetune_tests.support import fp32_reference as REFERENCE
+from treetune_tests.support.cpo_runs import ROLLOUT_KL_MAX, RUN_TIMEOUT_S, run_cpo
 from treetune_tests.support.ray_cluster import attach_env, attach_overrides, cluster_record, two_node_cluster
-from treetune_tests.support.runs import finished_run_metrics, step_rollouts
+from treetune_tests.support.runs import step_rollouts
 from treetune_verl.rollout_health import CHECKED_METRIC, WARNING_METRIC
-from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
+from treetune_verl.tiny_assets import build_tiny_assets
 from treetune_verl.tiny_run import tiny_run_overrides
 from treetune_verl.version import verl_is
 
-RUN_TIMEOUT_S = 480
 # Metrics the trainer logs on the driver, and the ones the CPO loss returns from the workers.
 DRIVER_METRICS = (
     "cpo/gw_minus_old_absmean",
@@ -56,20 +55,10 @@ DRIVER_METRICS = (
 LOSS_METRICS = ("actor/cpo/adv_delta_absmean", "actor/cpo/adv_delta_absmean/wrong", "actor/cpo/changed_token_frac")
 
 
-#: Healthy mismatch: about 1e-8 nats per token on verl 0.9.1 (fp32 trainer), 1e-3 on 0.7.1 (bf16 autocast); the
-#: attention-mask bug gave 3.
-ROLLOUT_KL_MAX = 0.01
-
-
 @pytest.fixture(scope="module")
 def assets_dir():
     """The near-uniform tiny model: for plumbing and start-up checks, where context cannot matter."""
     return build_tiny_assets()
-
-
-@pytest.fixture(scope="module")
-def context_sensitive_assets_dir():
-    return build_tiny_assets(config=CONTEXT_SENSITIVE)
 
 
 def rescored_dump(model, dump: dict, vocab_size: int, corruption: str | None = None):
@@ -83,7 +72,7 @@ def rescored_dump(model, dump: dict, vocab_size: int, corruption: str | None = N
             response = torch.tensor(row["token_ids"])
             for prompt_key, scores in (("prompt_ids", old), ("hint_prompt_ids", hinted)):
                 prompt = torch.tensor(row[prompt_key])
-                scores.append(HARNESS.score_row(model, prompt, response, corruption, vocab_size)[0])
+                scores.append(REFERENCE.score_row(model, prompt, response, corruption, vocab_size)[0])
     return old, hinted
 
 
@@ -94,40 +83,11 @@ def as_matrix(rows):
     return torch.nn.utils.rnn.pad_sequence([torch.as_tensor(row, dtype=torch.float32) for row in rows], True)
 
 
-def load_model(assets_dir, weights=None):
-    """The assets' model in fp32 (sdpa), with the tensors of a checkpoint's ``model.safetensors`` if given."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(
-        assets_dir / "model", dtype=torch.float32, attn_implementation="sdpa"
-    ).eval()
-    if weights is not None:
-        missing, unexpected = model.load_state_dict(load_file(weights), strict=False)
-        assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)  # lm_head is tied
-    return model
-
-
 def dumped_scores(dump: dict):
     """``(old, hinted, mask)`` matrices of a credit dump's rows."""
     rows = dump["rows"]
     mask = as_matrix([[1.0] * len(row["token_ids"]) for row in rows])
     return as_matrix([row["old_log_probs"] for row in rows]), as_matrix([row["gw_log_probs"] for row in rows]), mask
-
-
-def run_cpo(assets_dir, run_dir, *, steps, extra=(), timeout_s=RUN_TIMEOUT_S, env=None):
-    """Train with the CPO recipe on the CPU profile; returns (run, metrics by step). Asserts a clean exit."""
-    run = launch_cpo_on_cpu(
-        ["actor_rollout_ref.rollout.n=4", *extra],
-        run_dir / "train.log",
-        assets_dir=assets_dir,
-        run_dir=run_dir,
-        total_training_steps=steps,
-        experiment_name="e2e_cpo",
-        timeout_s=timeout_s,
-        env=env,
-    )
-    return run, finished_run_metrics(run, run_dir, steps)
 
 
 #: Seed of the two-step run: another than the teacher runs', so its rollouts are their seed control.
@@ -213,34 +173,34 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(two_step_run, conte
 
     dump = json.loads((run_dir / "credit" / "step_1.json").read_text())
     assert len(dump["rows"]) > 4 and dump["teacher"] == "policy"
-    model = load_model(assets_dir)
+    model = REFERENCE.load_model(assets_dir)
     vocab_size = len(AutoTokenizer.from_pretrained(assets_dir / "model"))
     old, hinted = rescored_dump(model, dump, vocab_size)
     dumped_old, dumped_hinted, mask = dumped_scores(dump)
-    HARNESS.assert_scores_match(dumped_old, as_matrix(old), "dumped old log-probs", mask)
-    HARNESS.assert_scores_match(dumped_hinted, as_matrix(hinted), "dumped hinted log-probs", mask)
+    REFERENCE.assert_scores_match(dumped_old, as_matrix(old), "dumped old log-probs", mask)
+    REFERENCE.assert_scores_match(dumped_hinted, as_matrix(hinted), "dumped hinted log-probs", mask)
     # Controls: the hinted log-probs are not the plain ones, and no corrupted forward matches either pass.
     with pytest.raises(AssertionError):
-        HARNESS.assert_scores_match(dumped_hinted, as_matrix(old), "hinted vs plain", mask)
-    for corruption in HARNESS.CORRUPTIONS:
+        REFERENCE.assert_scores_match(dumped_hinted, as_matrix(old), "hinted vs plain", mask)
+    for corruption in REFERENCE.CORRUPTIONS:
         corrupted_old, corrupted_hinted = rescored_dump(model, dump, vocab_size, corruption)
         with pytest.raises(AssertionError):
-            HARNESS.assert_scores_match(dumped_old, as_matrix(corrupted_old), corruption, mask)
+            REFERENCE.assert_scores_match(dumped_old, as_matrix(corrupted_old), corruption, mask)
         with pytest.raises(AssertionError):
-            HARNESS.assert_scores_match(dumped_hinted, as_matrix(corrupted_hinted), corruption, mask)
+            REFERENCE.assert_scores_match(dumped_hinted, as_matrix(corrupted_hinted), corruption, mask)
 
     # Step 2: the policy teacher scores with the weights after step 1's update, not with the starting model (the
     # control of the initial teacher's check in test_initial_teacher_scores_with_the_starting_model).
     step_2 = json.loads((run_dir / "credit" / "step_2.json").read_text())
     _, step_2_hinted, step_2_mask = dumped_scores(step_2)
-    after_step_1 = load_model(
+    after_step_1 = REFERENCE.load_model(
         assets_dir, run_dir / "checkpoints" / "global_step_1" / "actor" / "huggingface" / "model.safetensors"
     )
-    HARNESS.assert_scores_match(
+    REFERENCE.assert_scores_match(
         step_2_hinted, as_matrix(rescored_dump(after_step_1, step_2, vocab_size)[1]), "policy teacher", step_2_mask
     )
     with pytest.raises(AssertionError):
-        HARNESS.assert_scores_match(
+        REFERENCE.assert_scores_match(
             step_2_hinted, as_matrix(rescored_dump(model, step_2, vocab_size)[1]), "policy vs initial", step_2_mask
         )
 
@@ -339,8 +299,8 @@ def teacher_check(assets_dir, run_dir, step: int, weights=None) -> None:
     dump = json.loads((run_dir / "credit" / f"step_{step}.json").read_text())
     _, hinted, mask = dumped_scores(dump)
     vocab_size = len(AutoTokenizer.from_pretrained(assets_dir / "model"))
-    rescored = rescored_dump(load_model(assets_dir, weights), dump, vocab_size)[1]
-    HARNESS.assert_scores_match(hinted, as_matrix(rescored), f"hinted log-probs of step {step}", mask)
+    rescored = rescored_dump(REFERENCE.load_model(assets_dir, weights), dump, vocab_size)[1]
+    REFERENCE.assert_scores_match(hinted, as_matrix(rescored), f"hinted log-probs of step {step}", mask)
 
 
 @pytest.mark.e2e
@@ -433,122 +393,3 @@ def test_invalid_rollout_health_thresholds_stop_at_start_up(assets_dir, tmp_path
     # The run-health guard is checked for every estimator, before Ray starts.
     output = start_cpo(assets_dir, tmp_path, "algorithm.adv_estimator=grpo", "treetune.rollout_health.warn_kl=2.0")
     assert "treetune.rollout_health.warn_kl=2.0 is above treetune.rollout_health.stop_kl=1.0" in output, output
-
-
-# ------------------------------------------------------------------------------------ distribution-level methods
-#: Two-step runs of the methods whose loss reads top-k distributions, with their published settings (OPSD: initial
-#: teacher, τ 1.1, top-p 0.95, top-k 20, one update per batch; SDPO: EMA teacher, successful-sibling context, k 100).
-DISTRIBUTION_RUNS = {
-    "opsd": ["cpo.wrap_method=opsd", "cpo.credit_dump.steps=[2]"],
-    "sdpo": ["cpo.wrap_method=sdpo", "cpo.credit_dump.steps=[2]"],
-}
-
-
-@pytest.fixture(scope="module")
-def distribution_runs(context_sensitive_assets_dir, tmp_path_factory):
-    """``run(name)``: the :data:`DISTRIBUTION_RUNS` run ``name`` (2 steps, lr 1e-2, about half the responses
-    correct), made on first use; returns (run folder, metrics)."""
-    runs = {}
-
-    def run(name):
-        if name not in runs:
-            run_dir = tmp_path_factory.mktemp(f"method_{name}")
-            _, metrics = run_cpo(
-                context_sensitive_assets_dir,
-                run_dir,
-                steps=2,
-                extra=[
-                    "actor_rollout_ref.actor.optim.lr=1e-2",
-                    "reward.custom_reward_function.name=compute_score_half_correct",
-                    f"cpo.credit_dump.dir={run_dir / 'credit'}",
-                    *DISTRIBUTION_RUNS[name],
-                ],
-            )
-            runs[name] = run_dir, metrics
-        return runs[name]
-
-    return run
-
-
-def teacher_distribution(model, prompt_ids, token_ids, vocab_size: int, temperature: float):
-    """fp32 transformers' log-softmax (at ``temperature``, over the tokenizer's ids) before each response token."""
-    import torch
-
-    with torch.no_grad():
-        ids = torch.tensor([*prompt_ids, *token_ids])[None]
-        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1, :vocab_size].float()
-    return torch.log_softmax(logits / temperature, dim=-1)
-
-
-@pytest.mark.e2e
-@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
-def test_opsd_trains_on_the_jsd_over_the_initial_teachers_distribution(distribution_runs, context_sensitive_assets_dir):
-    import torch
-    from transformers import AutoTokenizer
-
-    run_dir, metrics = distribution_runs("opsd")
-    log = (run_dir / "train.log").read_text()
-    assert "opsd: published run settings applied:" in log and "rollout.top_k=20" in log
-    assert "the rollout samples a truncated distribution (top_k=20, top_p=0.95)" in log  # the guard only logs
-    vocab_size = len(AutoTokenizer.from_pretrained(context_sensitive_assets_dir / "model"))
-    for step in (1, 2):
-        step_metrics = metrics[step]
-        assert step_metrics["actor/pg_loss"] == 0 and step_metrics["actor/distill_loss"] > 0  # JSD replaces the PG loss
-        assert step_metrics["cpo/teacher/initial"] == 1 and step_metrics["cpo/context_frac"] == 1
-        assert step_metrics["cpo/topk_k"] >= vocab_size  # top_k 0: every id of the output layer
-        assert step_metrics["cpo/topk_bytes"] > 0
-        # The hf rollout honours top-k and top-p: its log-probs are of the truncated distribution, the trainer's of the
-        # whole one (both at τ 1.1), so they disagree above the warn level, where an untruncated run agrees to ~1e-8.
-        assert step_metrics["rollout_corr/kl"] > ROLLOUT_KL_MAX
-    # The teacher's top ids and log-probs of the dump are fp32 transformers' under the hint prompt at τ 1.1; under the
-    # plain prompt (control) they are not.
-    dump = json.loads((run_dir / "credit" / "step_2.json").read_text())
-    model = load_model(context_sensitive_assets_dir)
-    errors = {"hint_prompt_ids": 0.0, "prompt_ids": 0.0}
-    for row in dump["rows"][:8]:
-        for prompt_key in errors:
-            expected = teacher_distribution(model, row[prompt_key], row["token_ids"], vocab_size, 1.1)
-            for position, shown in enumerate(row["teacher_topk"]):
-                ids = torch.tensor([entry[0] for entry in shown])
-                got = torch.tensor([entry[2] for entry in shown])
-                errors[prompt_key] = max(errors[prompt_key], (expected[position, ids] - got).abs().max().item())
-                if prompt_key == "hint_prompt_ids":
-                    assert ids.tolist() == expected[position].topk(len(ids)).indices.tolist() or (
-                        (expected[position].topk(len(ids)).values - got).abs().max() < 1e-4  # ties
-                    )
-        assert len(row["token_loss"]) == len(row["token_ids"]) and min(row["token_loss"]) >= 0
-    assert errors["hint_prompt_ids"] < 1e-4 < 0.05 < errors["prompt_ids"], errors
-
-
-@pytest.mark.e2e
-@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
-def test_sdpo_distils_from_a_successful_sibling_with_an_ema_teacher(distribution_runs):
-    run_dir, metrics = distribution_runs("sdpo")
-    assert "[cpo] teacher of the hinted pass: ema (published setting of sdpo" in (run_dir / "train.log").read_text()
-    # The EMA teacher scores step 1 with the starting model and step 2 with the average that took step 1's update.
-    assert [metrics[step]["cpo/teacher_weights_step"] for step in (1, 2)] == [0, 1]
-    assert [metrics[step]["cpo/teacher_refreshed"] for step in (1, 2)] == [0, 1]
-    dump = json.loads((run_dir / "credit" / "step_2.json").read_text())
-    rows_by_group = {}
-    for row in dump["rows"]:
-        rows_by_group.setdefault(row["uid"], []).append(row)
-    for step in (1, 2):
-        assert metrics[step]["actor/pg_loss"] == 0 and metrics[step]["cpo/topk_k"] == 100
-        assert metrics[step]["cpo/context_frac"] > 0  # about half correct: most groups have a second success
-        assert metrics[step]["actor/distill_loss"] > 0
-        # The student's top-k ids come from the step's old-log-prob pass (no pass of their own), whose log-probs are
-        # still the trainer's: the rollout agrees with them as in any healthy run.
-        assert "timing_s/cpo_student_topk" not in metrics[step]
-        assert abs(metrics[step]["rollout_corr/kl"]) < ROLLOUT_KL_MAX
-    # In the dump: a row has a teacher context exactly when another row of its group succeeded (the dump keeps rows of
-    # every kind, so some groups are shown in part: check the rule where the dump shows a success other than the row).
-    for row in dump["rows"]:
-        others_succeeded = any(o["reward"] == 1 and o["row"] != row["row"] for o in rows_by_group[row["uid"]])
-        if others_succeeded:
-            assert row["has_context"], row["row"]
-            assert (
-                "Correct solution:" in row["hint_prompt"]
-                and "Correctly solve the original question." in row["hint_prompt"]
-            )
-        if row["kind"] in ("all_wrong",):
-            assert not row["has_context"] and row["hint_prompt"] == row["prompt"]

@@ -13,8 +13,8 @@
 # limitations under the License.
 """GPU tier: the old-log-prob, ref and hinted passes and the CPO update through verl's FSDP engine on CUDA (bf16
 parameters and autocast, nccl) against fp32 transformers on CPU, on the context-sensitive tiny model, each with its
-corrupted-forward controls. No Ray: engine workers in the test process (``treetune_tests/support/engine_harness.py``,
-shared with the CPU twin ``test_cpo_engine_on_cpu.py``).
+corrupted-forward controls. No Ray: engine workers in the test process (``treetune_tests/support/engine_harness.py``;
+the checks, shared with the CPU twin ``test_cpo_engine_on_cpu.py``: ``treetune_tests/support/engine_checks.py``).
 
 Without flash-attn installed (it comes with ``make install-gpu``), verl's unpad helpers are swapped for verl's own
 pure-torch equivalents, as the CPU tests do; the engine itself runs with ``use_remove_padding=false`` and sdpa.
@@ -33,31 +33,32 @@ def engine(request):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     import treetune_verl.verl_runtime  # noqa: F401  (pure-torch pad/unpad where flash-attn is missing, as in a run)
-    from treetune_tests.support import engine_harness as harness
+    from treetune_tests.support import engine_checks as checks
+    from treetune_tests.support.engine_harness import BATCHING, engine_fixture
 
     assets = build_tiny_assets(config=CONTEXT_SENSITIVE)
-    with harness.engine_fixture(assets, *harness.BATCHING[request.param]) as engine:
+    with engine_fixture(assets, *BATCHING[request.param]) as engine:
         from verl.utils.device import get_device_name
 
         assert get_device_name() == "cuda"  # the engine, its process group and its tensors are on CUDA
-        yield harness, engine
+        yield checks, engine
 
 
 def test_old_log_prob_pass_on_cuda_matches_fp32_cpu(engine):
-    harness, state = engine
-    harness.check_log_probs(state, "actor")
+    checks, state = engine
+    checks.check_log_probs(state, "actor")
 
 
 def test_ref_pass_on_cuda_matches_fp32_cpu(engine):
-    harness, state = engine
-    harness.check_log_probs(state, "ref")
+    checks, state = engine
+    checks.check_log_probs(state, "ref")
 
 
 def test_cpo_update_through_the_cuda_engine_matches_fp32_cpu(engine):
-    harness, state = engine
-    harness.check_cpo_update(state)
+    checks, state = engine
+    checks.check_cpo_update(state)
 
 
 def test_hinted_log_probs_through_the_cuda_engine_match_fp32_cpu(engine):
-    harness, state = engine
-    harness.check_hinted_log_probs(state)
+    checks, state = engine
+    checks.check_hinted_log_probs(state)

@@ -23,13 +23,14 @@ under bf16 autocast, so the tolerances are the same as on CUDA.
 
 import pytest
 
-from treetune_tests.support import engine_harness as checks
+from treetune_tests.support import engine_checks as checks
+from treetune_tests.support.engine_harness import BATCHING, engine_fixture
 from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 
 
-@pytest.fixture(scope="module", params=sorted(checks.BATCHING))
+@pytest.fixture(scope="module", params=sorted(BATCHING))
 def engine(request):
-    with checks.engine_fixture(build_tiny_assets(config=CONTEXT_SENSITIVE), *checks.BATCHING[request.param]) as harness:
+    with engine_fixture(build_tiny_assets(config=CONTEXT_SENSITIVE), *BATCHING[request.param]) as harness:
         yield harness
 
 

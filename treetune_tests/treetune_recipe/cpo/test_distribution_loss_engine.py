@@ -18,7 +18,8 @@
 - In a real update of verl's FSDP engine on CUDA with bf16 parameters and autocast, on the context-sensitive tiny
   model: the engine's ``actor/distill_loss``, grad norm and the means of ℓ and w against fp32 transformers on CPU.
 
-Each with its controls (``treetune_tests/support/distribution_harness.py``, shared with the CPU twin
+Each with its controls (``treetune_tests/support/distribution_device_loss.py`` and
+``treetune_tests/support/distribution_harness.py``, shared with the CPU twin
 ``test_distribution_loss_engine_on_cpu.py``). No Ray: the engine worker runs in the test process; without flash-attn,
 verl's unpad helpers are swapped for verl's own pure-torch ones, as the CPU tests do.
 """
@@ -56,8 +57,10 @@ def engine(checks):
 
 @pytest.mark.parametrize("method", ["opsd", "sdpo"])
 def test_loss_on_cuda_under_bf16_autocast_matches_fp32_cpu(checks, method):
+    from treetune_tests.support.distribution_device_loss import check_losses_on_device
+
     actor_config = checks.actor_config_of(build_tiny_assets(config=CONTEXT_SENSITIVE) / "model")
-    measured = checks.check_losses_on_device(actor_config, method, "cuda")
+    measured = check_losses_on_device(actor_config, method, "cuda")
     print(f"\n{method}: {measured}")
 
 

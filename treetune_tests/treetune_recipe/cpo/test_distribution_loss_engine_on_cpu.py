@@ -13,7 +13,8 @@
 # limitations under the License.
 """The distribution-level methods' loss (``opsd``, ``sdpo``) in a real actor update of verl's FSDP engine, in this
 process on the context-sensitive tiny model, against the same loss written out in fp32 from transformers logits
-(``treetune_tests/support/distribution_harness.py``, shared with the GPU twin ``test_distribution_loss_engine.py``).
+(``treetune_tests/support/distribution_harness.py``, shared with the GPU twin ``test_distribution_loss_engine.py``; the
+loss alone under autocast: ``treetune_tests/support/distribution_device_loss.py``).
 
 Each case runs one update micro-batch of 8 rows with ``cpo_ppo_loss`` installed and ``distillation_use_topk=True``,
 at temperature 1.1; the teacher is the same model under the hint prompt (its log-probs depend on that context), the
@@ -30,6 +31,7 @@ the same checks with the engine in bf16 on CUDA.
 import pytest
 
 from treetune_tests.support import distribution_harness as checks
+from treetune_tests.support.distribution_device_loss import check_losses_on_device
 from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 from treetune_verl.version import installed_verl_version
 
@@ -53,5 +55,5 @@ def test_distill_loss_of_an_engine_update_matches_fp32_transformers(engine, case
 @pytest.mark.parametrize("method", ["opsd", "sdpo"])
 def test_loss_on_random_logits_under_bf16_autocast_matches_fp32(engine, method):
     """The GPU twin's device check, here on CPU autocast: keeps the shared helper exercised."""
-    measured = checks.check_losses_on_device(engine["actor_config"], method, "cpu")
+    measured = check_losses_on_device(engine["actor_config"], method, "cpu")
     print(f"\n{method}: {measured}")

@@ -32,6 +32,7 @@ import re
 import pytest
 
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
+from treetune_tests.support.runs import ended_run_log, log_tail
 from treetune_verl.metrics_history import read_metrics
 from treetune_verl.rollout_health import KL_METRIC, PROBS_DIFF_METRIC, RolloutHealthConfig
 from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
@@ -61,16 +62,14 @@ def run_grpo(assets_dir, run_dir, *extra):
         experiment_name="e2e_rollout_health",
         timeout_s=RUN_TIMEOUT_S,
     )
-    log = run.log_path.read_text()
-    assert not run.timed_out, f"run exceeded {RUN_TIMEOUT_S} s:\n" + "\n".join(log.splitlines()[-60:])
-    return run, log
+    return run, ended_run_log(run)
 
 
 @pytest.mark.e2e
 @pytest.mark.timeout(RUN_TIMEOUT_S + 120)
 def test_broken_log_probs_stop_the_run_at_step_one_before_any_update(assets_dir, tmp_path):
     run, log = run_grpo(assets_dir, tmp_path, BROKEN_TRAINER_FORWARD)
-    tail = "\n".join(log.splitlines()[-60:])
+    tail = log_tail(run)
     assert run.returncode != 0, tail
     assert "RolloutMismatchError" in log, tail
     match = STOP_LINE.search(log)
