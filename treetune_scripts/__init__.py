@@ -18,4 +18,10 @@ prints their folder), ``plot_metrics`` and ``credit_report`` (a run's curves and
 benchmarks, ``check_license_header``, ``gpu_install`` (the GPU-node install and its resolver check) and
 ``run_upstream_cpu_tests`` (verl's own CPU tests with and without verl-cpu). Data preparation is in
 :mod:`treetune_scripts.data`, the CPU experiments in :mod:`treetune_scripts.experiments`.
+
+A script parses its arguments and calls a library; code that another script or a test needs lives in the library
+(``treetune_verl``, e.g. :mod:`treetune_verl.metrics_plot`, :mod:`treetune_verl.data.records`) or, when it knows a
+recipe, with the recipe (e.g. :mod:`treetune_recipe.cpo.experiments`, :mod:`treetune_recipe.cpo.credit_report`).
+The agent-docs checker reads every layer (it composes the recipe's config), so its library sits on top, in
+:mod:`treetune_scripts.agent_docs`, which holds no command line.
 """

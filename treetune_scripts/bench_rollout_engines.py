@@ -42,7 +42,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from treetune_scripts.experiments.warm_start import GREEDY_VAL_ACC_KEY
+from treetune_recipe.cpo.experiments.task import GREEDY_VAL_ACC_KEY
 from treetune_verl.metrics_history import read_metrics
 from treetune_verl.rollout_health import KL_METRIC, PROBS_DIFF_METRIC
 from treetune_verl.tiny_run import METRICS_FILE

@@ -15,7 +15,7 @@
 
 Steps:
 
-1. build (or reuse) the warm-started model and its task data (``treetune_scripts.experiments.warm_start``: a small
+1. build (or reuse) the warm-started model and its task data (``treetune_recipe.cpo.experiments.warm_start``: a small
    Qwen3 fine-tuned by verl's SFT trainer on the chained-arithmetic task; the first build takes minutes, then it is
    cached), so that the reward and the validation accuracy move within a few steps; by default (``--prompts 16``) the
    run trains on a small fixed prompt set that is also its validation set, so learning shows within minutes;
@@ -39,14 +39,14 @@ Extra ``key=value`` arguments are passed to Hydra unchanged, after the demo's ow
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from pathlib import Path
 
 from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME, ENTRY_MODULE
-from treetune_scripts.experiments.warm_start import GREEDY_VAL_ACC_KEY, HINT_OVERRIDES, TASK_RL_OVERRIDES
-from treetune_verl.metrics_history import read_metrics
+from treetune_recipe.cpo.experiments.console import condense
+from treetune_recipe.cpo.experiments.task import GREEDY_VAL_ACC_KEY, HINT_OVERRIDES, TASK_RL_OVERRIDES
+from treetune_verl.metrics_history import step_times
 from treetune_verl.tiny_run import METRICS_FILE, launch_training, tiny_run_overrides
 
 DEFAULT_OUTPUT_DIR = Path("outputs/demo")
@@ -67,20 +67,6 @@ KEY_CURVES = [
     "timing_s/step",
     "rollout_corr/kl",  # the rollout/trainer agreement the run-health guard reads (healthy: |kl| ~ 0.001)
 ]
-_STEP_LINE = re.compile(r"step:(\d+) - (.*)")
-# A console value is a plain number or, with numpy 2, its repr (``np.float64(0.25)``).
-_VALUE = re.compile(r"(?:np\.\w+\()?([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf)\)?")
-_STEP_SUMMARY_KEYS = {
-    "score": "critic/score/mean",
-    "pg_loss": "actor/pg_loss",
-    "kl_loss": "actor/kl_loss",
-    "grad_norm": "actor/grad_norm",
-    "cpo_adv_shift": "actor/cpo/adv_delta_absmean",
-    "hint_logratio": "cpo/gw_minus_old_absmean",
-    "step_s": "timing_s/step",
-    "val_acc": GREEDY_VAL_ACC_KEY,
-}
-_ALWAYS_SHOWN = ("Error", "Traceback", "preflight", "Exception", "Final validation")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -105,7 +91,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def demo_start() -> Path:
     """The warm start the demo trains from (built on first use, then cached)."""
-    from treetune_scripts.experiments.warm_start import (
+    from treetune_recipe.cpo.experiments.warm_start import (
         DEFAULT_WARM_START,
         build_warm_start,
         describe_warm_start,
@@ -126,7 +112,7 @@ def prompt_set_overrides(warm_dir: Path, output_dir: Path, prompts: int, steps: 
         raise SystemExit(f"[demo] --prompts must be >= 0, got {prompts}.")
     if prompts == 0:
         return []
-    from treetune_scripts.experiments.warm_start import write_first_prompts
+    from treetune_recipe.cpo.experiments.warm_start import write_first_prompts
 
     path = write_first_prompts(warm_dir, output_dir / "prompts.parquet", prompts)
     print(f"[demo] training and validating on the first {prompts} training prompts ({path})")
@@ -139,28 +125,6 @@ def compose_config(config_dir: Path, config_name: str, overrides: list[str]):
 
     with initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base=None):
         return compose(config_name=config_name, overrides=[o for o in overrides if not o.startswith("hydra.")])
-
-
-def condense(line: str) -> str | None:
-    """The console form of one trainer output line: a one-line step summary, a kept line, or None (hidden)."""
-    match = _STEP_LINE.search(line)
-    if match:
-        metrics = dict(part.split(":", 1) for part in match.group(2).split(" - ") if ":" in part)
-        values = {key: _VALUE.fullmatch(metrics[key].strip()) for key in _STEP_SUMMARY_KEYS.values() if key in metrics}
-        cells = [f"{label}={float(values[key][1]):.4g}" for label, key in _STEP_SUMMARY_KEYS.items() if values.get(key)]
-        return f"step {match.group(1)}: " + " ".join(cells)
-    if any(marker in line for marker in _ALWAYS_SHOWN):
-        return line
-    return None
-
-
-def step_times(metrics_path: Path) -> list[tuple[int, float]]:
-    """``(step, timing_s/step)`` for every logged step."""
-    return [
-        (step, data["timing_s/step"])
-        for step, data in sorted(read_metrics(metrics_path).items())
-        if "timing_s/step" in data
-    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[demo] full log: {run.log_path}", file=sys.stderr)
         return 1
 
-    from treetune_scripts.plot_metrics import plot_metrics, summarize_metrics
+    from treetune_verl.metrics_plot import plot_metrics, summarize_metrics
 
     png = plot_metrics(metrics_path, output_dir / "learning_curve.png", keys=KEY_CURVES)
     plot_metrics(metrics_path, output_dir / "all_metrics.png")

@@ -28,6 +28,7 @@ LONGEST_FIRST = (
     "test_verl_cpu_alone_on_cpu.py",
     "test_cpo_interrupted_runs_e2e_on_cpu.py",
     "test_grpo_learns_on_cpu.py",
+    "test_distribution_methods_e2e_on_cpu.py",
     "test_rollout_health_e2e_on_cpu.py",
 )
 

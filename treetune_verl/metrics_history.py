@@ -93,6 +93,15 @@ def read_metrics(metrics_path: str | Path) -> dict[int, dict[str, Any]]:
     return by_step
 
 
+def step_times(metrics_path: str | Path) -> list[tuple[int, float]]:
+    """``(step, timing_s/step)`` for every logged step."""
+    return [
+        (step, data["timing_s/step"])
+        for step, data in sorted(read_metrics(metrics_path).items())
+        if "timing_s/step" in data
+    ]
+
+
 def keep_metrics_up_to(metrics_path: str | Path, last_step: int) -> int:
     """Drop the records of steps after ``last_step`` (they will be logged again); returns how many were dropped.
 

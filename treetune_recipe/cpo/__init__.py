@@ -18,8 +18,10 @@ which trains with ``RayCPOTrainer`` (``cpo_ray_trainer``: difficulty labels, hin
 log-probs). On the workers ``cpo_loss`` shapes the advantages with the wrapper chosen by ``cpo.wrap_method``
 (``cpo_advantage_wrappers``) and the token selection of ``cpo.loss_position`` (``cpo_core_algos``, which also
 registers the ``cpo`` advantage estimator), then calls upstream ``ppo_loss``. ``config`` validates the ``cpo`` block,
-``preflight`` checks a run before Ray starts, ``cpo_credit_dump`` writes per-token credit, ``cpu_run`` launches the
-recipe on CPU. The constants below name the config and the entry point for launchers and tests.
+``preflight`` checks a run before Ray starts, ``cpo_credit_dump`` writes per-token credit and ``credit_report``
+renders it as one HTML page, ``cpu_run`` launches the recipe on CPU, ``experiments`` holds the CPU experiments'
+library (warm start, task settings, CPO vs GRPO). The constants below name the config and the entry point for
+launchers and tests.
 """
 
 from pathlib import Path

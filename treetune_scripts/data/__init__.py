@@ -15,5 +15,6 @@
 
 ``prepare_math`` (MATH train/test, MATH-500, keeping the worked solutions), ``prepare_competition`` (AIME 2024, AIME
 2025, AMC 2023) and ``prepare_gpqa`` (multiple choice) read a local JSONL file or the hub and write parquet;
-``validate_rl_parquet`` checks existing files; ``records`` holds the input records and flags they share.
+``validate_rl_parquet`` checks existing files. The input records and flags they share are
+:mod:`treetune_verl.data.records`, the preset-based conversion :mod:`treetune_verl.data.presets`.
 """

@@ -26,7 +26,7 @@ below are defaults for machines with internet access; pass ``--hf-dataset`` when
 
 from __future__ import annotations
 
-from treetune_scripts.data.prepare_math import Preset, run_preset_cli
+from treetune_verl.data.presets import Preset, run_preset_cli
 
 PRESETS = {
     "aime2024": Preset("aime2024", "test", "HuggingFaceH4/aime_2024", "train"),

@@ -34,7 +34,7 @@ import argparse
 import random
 import string
 
-from treetune_scripts.data.records import add_common_arguments, first_field, load_records, resolve_data_source
+from treetune_verl.data.records import add_common_arguments, first_field, load_records, resolve_data_source
 from treetune_verl.data.rl_schema import build_row, write_rl_parquet
 
 DATA_SOURCE = "gpqa"

@@ -11,9 +11,10 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The CPU experiments, each a set of real recipe runs on a small model.
+"""The command lines of the CPU experiments, each a set of real recipe runs on a small model.
 
-``warm_start`` fine-tunes the model with verl's own SFT trainer so that RL has something to shape, ``cpo_vs_grpo``
-runs CPO against matched GRPO over seeds from that warm start, and ``summary`` turns the experiment's
-``results.csv`` into ``summary.md`` and ``curves.png``.
+``warm_start`` builds (or takes the shipped) model fine-tuned with verl's own SFT trainer so that RL has something to
+shape, ``cpo_vs_grpo`` runs CPO against matched GRPO over seeds from that warm start, and ``summary`` turns the
+experiment's ``results.csv`` into ``summary.md`` and ``curves.png``. Each parses its arguments and calls the
+experiments' library, :mod:`treetune_recipe.cpo.experiments`.
 """

@@ -13,13 +13,13 @@
 # limitations under the License.
 """CPO vs matched GRPO on CPU: same warm start, same data order per seed, same hyperparameters except ``cpo.*``.
 
-Each (method, seed) is one real run of the recipe entry point (``python -m treetune_recipe.cpo.main_cpo
-platform=cpu``: Ray, verl's trainer); GRPO is the same config with ``algorithm.adv_estimator=grpo``. Validation is
-verl's own (``trainer.val_before_train``, ``trainer.test_freq``) on the held-out plain prompts, sampled as the rollout
-samples (:data:`HELD_OUT_OVERRIDES`).
-The first CPO run of the first seed dumps its token credit (``cpo.credit_dump``).
+The command line of :mod:`treetune_recipe.cpo.experiments.cpo_vs_grpo`. Each (method, seed) is one real run of the
+recipe entry point (``python -m treetune_recipe.cpo.main_cpo platform=cpu``: Ray, verl's trainer); GRPO is the same
+config with ``algorithm.adv_estimator=grpo``. Validation is verl's own (``trainer.val_before_train``,
+``trainer.test_freq``) on the held-out plain prompts, sampled as the rollout samples. The first CPO run of the first
+seed dumps its token credit (``cpo.credit_dump``).
 
-``--regime hard`` runs the hard regime instead (:data:`REGIMES`): the same warm start, trained and validated on the
+``--regime hard`` runs the hard regime instead (``REGIMES``): the same warm start, trained and validated on the
 problems it fails (``hard_prompts.py``), so that most prompt groups are all wrong at the start and only a hint-guided
 method gets a signal from them. Outputs (``--output-dir``, default
 ``outputs/experiments/cpo_vs_grpo/``, ``outputs/experiments/cpo_vs_grpo_hard/`` for the hard regime): ``results.csv``,
@@ -35,273 +35,43 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import json
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
-from treetune_scripts.experiments import hard_prompts, summary
-from treetune_scripts.experiments.warm_start import (
-    DEFAULT_WARM_START,
-    HINT_OVERRIDES,
-    TASK_RL_OVERRIDES,
-    WarmStartConfig,
+from treetune_recipe.cpo.experiments import hard_prompts, summary
+from treetune_recipe.cpo.experiments.cpo_vs_grpo import (
+    DEFAULT_METHODS,
+    DEFAULT_SCHEDULE,
+    HARD_METHODS,
+    QUICK_METHODS,
+    QUICK_SCHEDULE,
+    REGIMES,
+    ExperimentError,
+    Schedule,
+    parse_methods,
+    prepare_output_dir,
+    result_rows,
+    run_name,
+    run_overrides,
+    source_commit,
+    validation_samples,
+    write_results,
+)
+from treetune_recipe.cpo.experiments.task import val_acc_key
+from treetune_recipe.cpo.experiments.warm_start import (
     WarmStartGateError,
     build_warm_start,
     check_mixed_groups,
     describe_warm_start,
     read_build_info,
-    val_acc_key,
     warm_start_hash,
 )
-from treetune_verl.config_block import override_key
-from treetune_verl.metrics_history import read_metrics
 from treetune_verl.tiny_run import METRICS_FILE
-
-DEFAULT_OUTPUT_DIR = Path("outputs/experiments/cpo_vs_grpo")
-#: Responses sampled per held-out prompt at each validation.
-VAL_SAMPLES = 8
-_VAL_SAMPLES_KEY = "actor_rollout_ref.rollout.val_kwargs.n"
-#: The held-out comparison's settings on top of the task's (the demo keeps the task's): 16 prompts per step, i.e. two
-#: optimizer updates of 8 prompts each, and validation that samples as the rollout does (temperature 1,
-#: :data:`VAL_SAMPLES` responses per prompt), so ``val_acc`` estimates pass@1 of the policy being trained on prompts it
-#: never sees. Greedy accuracy, the mode of that policy, does not clearly rise in 40 steps at this scale in any setting
-#: (recipe README, "Tuning").
-HELD_OUT_OVERRIDES = [
-    "data.train_batch_size=16",
-    "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
-    f"{_VAL_SAMPLES_KEY}={VAL_SAMPLES}",
-]
-RESULT_COLUMNS = [
-    "method", "seed", "step", "val_acc", "train_reward", "step_time_s", "cpo_adv_shift", "hint_logratio",
-    "all_wrong_frac", "kl", "drift", "response_length", "entropy", "gw_minus_old",
-]  # fmt: skip
-#: ``results.csv`` columns read from verl's metrics under a fixed name (``val_acc``'s name depends on the runs'
-#: :func:`validation_samples`).
-_METRIC_COLUMNS = {
-    "train_reward": "critic/score/mean",
-    "step_time_s": "timing_s/step",
-    "cpo_adv_shift": "actor/cpo/adv_delta_absmean",
-    "hint_logratio": "cpo/gw_minus_old_absmean",
-    "all_wrong_frac": "cpo/group_all_wrong_frac",  # logged for GRPO too (RayCPOTrainer._group_outcome_metrics)
-    "kl": "actor/kl_loss",  # verl's low_var_kl, clamped at 10 per token
-    "drift": "treetune/drift/old_minus_ref_mean",  # unclamped: RayCPOTrainer's drift_from_reference_metrics
-    "response_length": "response_length/mean",
-    "entropy": "actor/entropy",
-    "gw_minus_old": "cpo/gw_minus_old_mean",
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class Schedule:
-    """Run length and the steps that validate / dump credit."""
-
-    steps: int
-    test_freq: int
-    credit_steps: tuple[int, ...]
-
-
-DEFAULT_SCHEDULE = Schedule(steps=40, test_freq=5, credit_steps=(1, 20, 40))
-QUICK_SCHEDULE = Schedule(steps=3, test_freq=2, credit_steps=(1, 3))
-
-#: Identical for every method: the task's RL settings, the held-out comparison's and the hint wording (the CPU profile
-#: comes with the launch).
-SHARED_OVERRIDES = [*TASK_RL_OVERRIDES, *HELD_OUT_OVERRIDES, *HINT_OVERRIDES]
-
-
-class ExperimentError(RuntimeError):
-    """A bad command line or output folder, reported before anything expensive starts."""
-
-
-#: The experiment of both regimes: GRPO, CPO seq_kl with the recipe's defaults (α⁺ = 0, α⁻ = 1; teacher: the rollout
-#: policy) and with a fixed teacher (the starting model), and the privileged-context peers as their authors run them
-#: (each method's published teacher and run settings, which the recipe applies when the method is selected);
-#: ``--quick`` runs the first two.
-DEFAULT_METHODS = "grpo,cpo:seq_kl,cpo:seq_kl@teacher=initial,cpo:rlsd,cpo:opsd,cpo:opsd_token,cpo:sdpo"
-HARD_METHODS = DEFAULT_METHODS
-QUICK_METHODS = "grpo,cpo:seq_kl"
-
-
-@dataclasses.dataclass(frozen=True)
-class Regime:
-    """What ``--regime`` chooses: the warm start, its prompts (all of the task's, or only those the warm start fails:
-    ``hard_prompts.py``) and with them the gate, the methods, the output folder and the regime's RL settings on top of
-    the task's (identical for every method of the regime)."""
-
-    warm_start: WarmStartConfig
-    methods: str
-    output_dir: Path
-    hard_prompts: bool = False
-    overrides: tuple[str, ...] = ()
-
-
-REGIMES = {
-    # Every prompt of the task; the warm start gives mixed prompt groups (gate: check_mixed_groups).
-    "default": Regime(DEFAULT_WARM_START, DEFAULT_METHODS, DEFAULT_OUTPUT_DIR),
-    # The prompts the same warm start fails: most groups all wrong at the start, the hint still helps (gate:
-    # hard_prompts.check_hard_regime).
-    "hard": Regime(DEFAULT_WARM_START, HARD_METHODS, Path("outputs/experiments/cpo_vs_grpo_hard"), hard_prompts=True),
-}
-
-
-def _parse_method(name: str) -> str:
-    """Check one method name and return it normalised (``cpo`` alone means ``cpo:seq_kl``)."""
-    from treetune_recipe.cpo.config import check_cpo_overrides
-    from treetune_recipe.cpo.methods import all_methods
-
-    name = "cpo:seq_kl" if name == "cpo" else name
-    if name == "grpo":
-        return name
-    method, *settings = name.removeprefix("cpo:").split("@")
-    if not name.startswith("cpo:") or method not in all_methods():
-        raise ExperimentError(
-            f"--methods: unknown method {name!r}. Use grpo or cpo:<method>[@<cpo key>=<value>...] with a method among "
-            f"{', '.join(all_methods())} (e.g. --methods grpo,cpo:seq_kl,cpo:seq_kl@neg_alpha=0.5)."
-        )
-    for setting in settings:
-        try:
-            check_cpo_overrides([f"cpo.{setting}"])
-        except ValueError as error:
-            raise ExperimentError(f"--methods: {name!r}: {error}") from None
-    return name
-
-
-def parse_methods(text: str) -> list[str]:
-    """``grpo`` and ``cpo:<wrapper>[@<key>=<number>...]`` names, comma-separated; ``cpo`` alone means ``cpo:seq_kl``.
-
-    ``@`` settings are ``cpo.*`` overrides, e.g. ``cpo:seq_kl@neg_alpha=0.5`` or ``cpo:rlsd@rlsd.clip=0.1``.
-    """
-    methods = []
-    for name in (_parse_method(part.strip()) for part in text.split(",") if part.strip()):
-        if name in methods:
-            raise ExperimentError(f"--methods: {name!r} is listed twice.")
-        methods.append(name)
-    if not methods:
-        raise ExperimentError("--methods is empty; e.g. --methods grpo,cpo:seq_kl.")
-    return methods
-
-
-def method_overrides(method: str) -> list[str]:
-    """The only overrides that differ between methods."""
-    if method == "grpo":
-        return ["algorithm.adv_estimator=grpo"]
-    wrapper, *settings = method.removeprefix("cpo:").split("@")
-    return [
-        "algorithm.adv_estimator=cpo",
-        f"cpo.wrap_method={wrapper}",
-        *(f"cpo.{s}" for s in settings),
-    ]
-
-
-def method_run_setting_keys(method: str) -> set[str]:
-    """The config keys the published run settings of ``method`` set (none for GRPO)."""
-    from treetune_recipe.cpo.methods import get_method
-
-    if method == "grpo":
-        return set()
-    return get_method(method.removeprefix("cpo:").split("@")[0]).run_setting_keys
-
-
-def run_name(method: str, seed: int) -> str:
-    """Folder name of one run, e.g. ``cpo_seq_kl_neg_alpha0.5__seed0`` for ``cpo:seq_kl@neg_alpha=0.5``."""
-    return f"{method.replace(':', '_').replace('@', '_').replace('=', '')}__seed{seed}"
-
-
-def run_overrides(run_dir: Path, method: str, seed: int, schedule: Schedule, dump_credit: bool) -> list[str]:
-    """Overrides of one run, after the CPU tiny-run ones; the seed sets the data order and the rollout sampling.
-
-    A key that the method's published run settings set (e.g. one update per rollout batch) is left out of the task's
-    shared overrides, so the recipe applies the method's value: the run is the method as its authors run it. A key the
-    user gives the experiment still wins (those overrides come after, on the command line of every run).
-    """
-    published = method_run_setting_keys(method)
-    overrides = [
-        *(override for override in SHARED_OVERRIDES if override_key(override) not in published),
-        f"trainer.test_freq={schedule.test_freq}",
-        f"data.seed={seed}",
-        f"++actor_rollout_ref.rollout.engine_kwargs.hf.seed={seed}",
-        *method_overrides(method),
-    ]
-    if dump_credit:
-        steps = ",".join(str(step) for step in schedule.credit_steps)
-        overrides += [f"cpo.credit_dump.steps=[{steps}]", f"cpo.credit_dump.dir={run_dir / 'credit_dump'}"]
-    return overrides
-
-
-def validation_samples(user_overrides: list[str]) -> int:
-    """Responses each validation samples per held-out prompt: :data:`VAL_SAMPLES` unless the user's overrides set
-    ``val_kwargs.n`` (e.g. ``n=1`` with temperature 0 for greedy validation, as the README's tuning runs do)."""
-    samples = VAL_SAMPLES
-    for override in user_overrides:
-        key, _, value = override.lstrip("+").partition("=")
-        if key == _VAL_SAMPLES_KEY:
-            samples = int(value)
-    return samples
-
-
-def result_rows(method: str, seed: int, metrics_path: Path, val_acc: str) -> list[dict]:
-    """One row per logged step of one run, ``val_acc`` read from verl's metric of that name (empty cells where the
-    step lacks a metric)."""
-    rows = []
-    for step, data in sorted(read_metrics(metrics_path).items()):
-        row = {"method": method, "seed": seed, "step": step, "val_acc": data.get(val_acc, "")}
-        for column, key in _METRIC_COLUMNS.items():
-            row[column] = data.get(key, "")
-        rows.append(row)
-    return rows
-
-
-def write_results(path: Path, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=RESULT_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-
-
-def source_commit() -> str:
-    """The commit of the code a run trains with (``<sha>-dirty`` with uncommitted changes, ``unknown`` outside git),
-    recorded in each run's ``run.json`` so that a results page names the code it measured."""
-    root = Path(__file__).resolve().parents[2]
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-
-    try:
-        commit = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return f"{commit}-dirty" if dirty else commit
-
-
-def prepare_output_dir(output_dir: Path, plan: dict, *, resume: bool, overwrite: bool) -> None:
-    """Refuse a folder holding another experiment's results unless ``--overwrite``; check ``--resume``'s plan."""
-    plan_path = output_dir / "experiment.json"
-    if overwrite and output_dir.exists():
-        shutil.rmtree(output_dir)
-    if resume:
-        if not plan_path.is_file():
-            raise ExperimentError(f"--resume: {output_dir} holds no experiment.json; start without --resume.")
-        previous = json.loads(plan_path.read_text())
-        if previous != plan:
-            changed = sorted(key for key in set(plan) | set(previous) if plan.get(key) != previous.get(key))
-            raise ExperimentError(
-                f"--resume: {output_dir} holds another experiment (differs in {changed}); rerun with the same "
-                "arguments, or use --overwrite, or choose another --output-dir."
-            )
-        return
-    if output_dir.exists() and any(output_dir.iterdir()):
-        raise ExperimentError(
-            f"{output_dir} already holds results; pass --resume to finish that experiment, --overwrite to replace "
-            "it, or --output-dir for a new folder."
-        )
-    output_dir.mkdir(parents=True, exist_ok=True)
-    plan_path.write_text(json.dumps(plan, indent=2, sort_keys=True) + "\n")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -385,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[experiment] stopping before RL: {error}", file=sys.stderr)
             return 3
 
-    from treetune_scripts.run_demo import condense
+    from treetune_recipe.cpo.experiments.console import condense
 
     val_acc = val_acc_key(validation_samples(overrides))
     rows: list[dict] = []
@@ -436,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     summary.plot_curves(output_dir / "results.csv", output_dir / "curves.png")
     if cpo_methods:
-        from treetune_scripts.credit_report import build_report
+        from treetune_recipe.cpo.credit_report import build_report
 
         dump_dir = output_dir / "runs" / run_name(cpo_methods[0], 0) / "credit_dump"
         build_report(dump_dir, output_dir / "credit_report.html")

@@ -13,7 +13,8 @@
 # limitations under the License.
 """The agent docs (``CLAUDE.md``, ``AGENTS.md``, ``agent-docs/*.md``) pass their checker
 (``python -m treetune_scripts.check_agent_docs``, also a pre-commit hook): they name only things that exist, have
-front-matter and are indexed. What "exists" means for each kind of name: the checker's module docstring.
+front-matter and are indexed. What "exists" means for each kind of name: the module docstring of
+``treetune_scripts/agent_docs/references.py``.
 """
 
 from treetune_scripts import check_agent_docs

@@ -11,22 +11,24 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The agent-doc checker (``treetune_scripts/check_agent_docs.py``) itself: on a fake doc it reports exactly the broken
-references and its command line exits 1, it classifies spans as its module docstring says, it checks the indexes, and
-it finds the files of each supported verl release.
+"""The agent-doc checker (``treetune_scripts/agent_docs/``, command line ``treetune_scripts/check_agent_docs.py``)
+itself: on a fake doc it reports exactly the broken references and its command line exits 1, it classifies spans as
+the module docstring of ``references`` says, it checks the indexes, and it finds the files of each supported verl
+release.
 """
 
 import re
 
 import pytest
 
-from treetune_scripts import check_agent_docs as doc_checker
+from treetune_scripts import check_agent_docs
+from treetune_scripts.agent_docs import checks, references, releases
 from treetune_verl.version import SUPPORTED_VERL_VERSIONS
 
 
 @pytest.fixture(scope="module")
 def context():
-    return doc_checker.compose_context()
+    return references.compose_context()
 
 
 FAKE_DOC = """---
@@ -81,17 +83,17 @@ FAKE_BAD = [
 
 
 def test_checker_reports_exactly_the_broken_references_of_a_fake_doc(context):
-    problems = doc_checker.check_doc_text(FAKE_DOC, context, name="fake.md")
+    problems = checks.check_doc_text(FAKE_DOC, context, name="fake.md")
     reported = [re.search(r"`([^`]+)`", problem).group(1) for problem in problems]
     assert reported == FAKE_BAD, "\n".join(problems)
-    assert doc_checker.front_matter_problems(FAKE_DOC, "fake.md") == []
+    assert checks.front_matter_problems(FAKE_DOC, "fake.md") == []
 
 
 def test_checker_rejects_missing_or_incomplete_front_matter():
-    assert doc_checker.front_matter_problems("# no front-matter\n", "a.md") == [
+    assert checks.front_matter_problems("# no front-matter\n", "a.md") == [
         "a.md: no front-matter (--- summary/read_when --- at the top)"
     ]
-    problems = doc_checker.front_matter_problems("---\nsummary: x\nread_when: []\n---\nbody\n", "b.md")
+    problems = checks.front_matter_problems("---\nsummary: x\nread_when: []\n---\nbody\n", "b.md")
     assert problems == ["b.md: front-matter needs a non-empty read_when list of strings"]
 
 
@@ -117,47 +119,47 @@ def test_checker_rejects_missing_or_incomplete_front_matter():
 )
 def test_span_classification(span, kind):
     roots = {"trainer", "actor_rollout_ref", "cpo", "data", "ray_kwargs"}
-    assert doc_checker.classify(span, roots) == kind
+    assert references.classify(span, roots) == kind
 
 
 def test_release_files_are_found_per_release(tmp_path):
     for release in SUPPORTED_VERL_VERSIONS:
-        folder = doc_checker.verl_release_dir(release)
+        folder = releases.verl_release_dir(release)
         installed = (folder.parent / f"verl-{release}.dist-info").is_dir()
-        assert installed or folder.is_relative_to(doc_checker.RELEASES_CACHE)
-    with pytest.raises(doc_checker.ReleaseFilesUnavailable, match="not a supported release"):
-        doc_checker.verl_release_dir("0.8.0")
+        assert installed or folder.is_relative_to(releases.RELEASES_CACHE)
+    with pytest.raises(releases.ReleaseFilesUnavailable, match="not a supported release"):
+        releases.verl_release_dir("0.8.0")
     site_packages = tmp_path / "lib" / "python3.11" / "site-packages"
     (site_packages / "verl").mkdir(parents=True)
     (site_packages / "verl-0.7.1.dist-info").mkdir()
-    assert doc_checker._site_packages_verl(tmp_path, "0.7.1") == site_packages / "verl"
-    assert doc_checker._site_packages_verl(tmp_path, "0.9.1") is None  # another release's environment is not used
+    assert releases._site_packages_verl(tmp_path, "0.7.1") == site_packages / "verl"
+    assert releases._site_packages_verl(tmp_path, "0.9.1") is None  # another release's environment is not used
 
 
 def test_the_command_line_exits_1_and_names_each_broken_reference(tmp_path, capsys):
     good, bad = tmp_path / "good.md", tmp_path / "bad.md"
     good.write_text("`treetune_verl/patches.py` and `make test`.\n")
     bad.write_text("`treetune_verl/no_such_file.py` and `make no-such-target`.\n")
-    assert doc_checker.main([str(good)]) == 0
+    assert check_agent_docs.main([str(good)]) == 0
     assert capsys.readouterr().out == ""
-    assert doc_checker.main([str(good), str(bad)]) == 1
+    assert check_agent_docs.main([str(good), str(bad)]) == 1
     printed = capsys.readouterr().out.splitlines()
     assert [re.search(r"`([^`]+)`", line).group(1) for line in printed] == FAKE_BAD[:1] + ["make no-such-target"]
 
 
 def test_index_check_names_an_unindexed_doc_and_a_long_claude_md(tmp_path):
     (tmp_path / "agent-docs").mkdir()
-    for name in doc_checker.REQUIRED_AGENT_DOCS:
+    for name in checks.REQUIRED_AGENT_DOCS:
         (tmp_path / "agent-docs" / name).write_text("")
-    index = "".join(f"- `{name}`\n" for name in doc_checker.REQUIRED_AGENT_DOCS)
+    index = "".join(f"- `{name}`\n" for name in checks.REQUIRED_AGENT_DOCS)
     (tmp_path / "agent-docs" / "README.md").write_text(index)
-    (tmp_path / "CLAUDE.md").write_text("".join(f"agent-docs/{name}\n" for name in doc_checker.REQUIRED_AGENT_DOCS))
+    (tmp_path / "CLAUDE.md").write_text("".join(f"agent-docs/{name}\n" for name in checks.REQUIRED_AGENT_DOCS))
     (tmp_path / "AGENTS.md").write_text("See CLAUDE.md.\n")
-    assert doc_checker.index_problems(tmp_path) == []
+    assert checks.index_problems(tmp_path) == []
     (tmp_path / "agent-docs" / "new-guide.md").write_text("")
     (tmp_path / "CLAUDE.md").write_text((tmp_path / "CLAUDE.md").read_text() + "line\n" * 130)
-    assert doc_checker.index_problems(tmp_path) == [
+    assert checks.index_problems(tmp_path) == [
         "agent-docs/README.md does not index new-guide.md",
         "CLAUDE.md does not index new-guide.md",
-        f"CLAUDE.md has 140 lines; keep it under {doc_checker.MAX_CLAUDE_MD_LINES}",
+        f"CLAUDE.md has 140 lines; keep it under {checks.MAX_CLAUDE_MD_LINES}",
     ]

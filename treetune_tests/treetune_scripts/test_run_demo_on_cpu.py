@@ -11,7 +11,9 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The demo driver's own logic: console condensing, overrides pass-through and the preflight stop (no training)."""
+"""The demo's command line: overrides pass-through, the preflight stop (no training), the resumed demo's history and the
+prompt set (its console lines: ``treetune_tests/treetune_recipe/cpo/experiments/test_console_on_cpu.py``; its step
+times: ``treetune_tests/treetune_verl/test_metrics_history_on_cpu.py``)."""
 
 import json
 
@@ -19,24 +21,9 @@ import pytest
 from verl_cpu.host import accelerator_available
 
 from treetune_scripts import run_demo
+from treetune_verl.metrics_history import step_times
 from treetune_verl.tiny_assets import build_tiny_assets
 from treetune_verl.tiny_run import TrainingRun
-
-
-def test_step_line_is_condensed_to_the_key_metrics():
-    line = (
-        "(TaskRunner pid=1) step:3 - actor/pg_loss:-0.25 - critic/score/mean:0.5 - actor/grad_norm:1.5"
-        " - timing_s/step:2.0 - response_length/mean:31"
-    )
-    assert run_demo.condense(line) == "step 3: score=0.5 pg_loss=-0.25 grad_norm=1.5 step_s=2"
-    assert run_demo.condense("Traceback (most recent call last):") == "Traceback (most recent call last):"
-    assert run_demo.condense("'trust_remote_code': False,") is None
-
-
-def test_step_line_with_numpy2_reprs_is_condensed_to_the_same_numbers():
-    # With numpy 2 the trainer's console prints numpy scalars as their repr.
-    line = "step:2 - critic/score/mean:np.float64(-0.5) - actor/kl_loss:np.float32(1e-03) - timing_s/step:nan"
-    assert run_demo.condense(line) == "step 2: score=-0.5 kl_loss=0.001 step_s=nan"
 
 
 def test_extra_arguments_are_hydra_overrides():
@@ -46,16 +33,6 @@ def test_extra_arguments_are_hydra_overrides():
     # The demo runs the CPO recipe by default; the CPU profile is added as an override.
     assert args.entry_module == "treetune_recipe.cpo.main_cpo" and args.config_name == "cpo_trainer"
     assert "platform=cpu" in run_demo.DEMO_OVERRIDES
-
-
-def test_step_times_reads_the_file_logger_format(tmp_path):
-    path = tmp_path / "metrics.jsonl"
-    records = [
-        {"step": 1, "data": {"timing_s/step": 7.5, "training/global_step": 1}},
-        {"step": 2, "data": {"timing_s/step": 2.25, "x": 1, "training/global_step": 2}},
-    ]
-    path.write_text("\n".join(json.dumps(record) for record in records) + "\n")
-    assert run_demo.step_times(path) == [(1, 7.5), (2, 2.25)]
 
 
 @pytest.mark.skipif(accelerator_available(), reason="FSDP1 is only refused without an accelerator")
@@ -91,14 +68,9 @@ def test_row3_a_resumed_demo_keeps_the_earlier_metrics_and_plots_the_whole_histo
     monkeypatch.setattr(run_demo, "launch_training", resumed_training)
     monkeypatch.setattr(run_demo, "demo_start", build_tiny_assets)  # the warm start is not what this test is about
     assert run_demo.main(["--output-dir", str(tmp_path), "--steps", "3"]) == 0
-    assert [step for step, _ in run_demo.step_times(metrics_path)] == [1, 2, 3]
+    assert [step for step, _ in step_times(metrics_path)] == [1, 2, 3]
     assert seen["append_log"] is True  # the earlier run's log lines stay in train.log
     assert (tmp_path / "learning_curve.png").stat().st_size > 0
-
-
-def test_validation_accuracy_is_part_of_the_step_line():
-    line = "step:0 - val-core/tiny_arith/acc/mean@1:np.float64(0.265625) - val-aux/x:1"
-    assert run_demo.condense(line) == "step 0: val_acc=0.2656"
 
 
 @pytest.mark.parametrize("prompts", [16, 0])

@@ -16,7 +16,7 @@ reader, and a line cut by a kill is skipped."""
 
 import json
 
-from treetune_verl.metrics_history import read_metrics, training_steps
+from treetune_verl.metrics_history import read_metrics, step_times, training_steps
 
 
 def line(step: int, **data) -> str:
@@ -45,3 +45,13 @@ def test_a_step_logged_twice_shows_twice(tmp_path):
     path.write_text(line(1, **{"training/global_step": 1}) * 2)
     assert training_steps(path) == [1, 1]
     assert training_steps(tmp_path / "missing.jsonl") == []
+
+
+def test_step_times_reads_the_file_logger_format(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    records = [
+        {"step": 1, "data": {"timing_s/step": 7.5, "training/global_step": 1}},
+        {"step": 2, "data": {"timing_s/step": 2.25, "x": 1, "training/global_step": 2}},
+    ]
+    path.write_text("\n".join(json.dumps(record) for record in records) + "\n")
+    assert step_times(path) == [(1, 7.5), (2, 2.25)]

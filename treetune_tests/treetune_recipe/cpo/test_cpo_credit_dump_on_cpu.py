@@ -27,7 +27,7 @@ from treetune_recipe.cpo import cpo_credit_dump
 from treetune_recipe.cpo.config import CPOConfig
 from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig, build_dump, maybe_dump_credit, select_rows
 from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, TEACHER_TOPK_LOG_PROBS, TOPK_IDS
-from treetune_scripts.credit_report import render_report
+from treetune_recipe.cpo.credit_report import render_report
 from treetune_verl.second_log_prob import Scores
 from treetune_verl.tiny_assets import build_tiny_assets
 

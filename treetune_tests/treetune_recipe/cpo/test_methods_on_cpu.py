@@ -139,6 +139,7 @@ def test_selecting_a_method_applies_its_published_run_settings_and_the_user_wins
         "teacher_context.py",
         "cpo_credit_dump.py",
         "main_cpo.py",
+        "experiments/cpo_vs_grpo.py",
         "../../treetune_scripts/experiments/cpo_vs_grpo.py",
     ],
 )

@@ -13,12 +13,12 @@
 # limitations under the License.
 """verl's SFT trainer, as the warm start runs it on CPU, computes the loss of plain per-sequence transformers.
 
-The warm start (``treetune_scripts/experiments/warm_start.py``) trains with upstream ``verl.trainer.sft_trainer``:
+The warm start (``treetune_recipe/cpo/experiments/warm_start.py``) trains with upstream ``verl.trainer.sft_trainer``:
 verl's ``MultiTurnSFTDataset`` + ``SFTTensorCollator`` (``pad_mode=no_padding``), one ``TrainingWorker`` with the
 FSDP2 engine and ``sft_loss``, ``use_remove_padding=true`` (verl's default): the sequences of a micro-batch are packed
 into one row of shape ``[1, total_tokens]`` with per-sequence ``position_ids`` and no attention mask, and the
 attention (``sdpa``) must keep them apart. Here an ``SFTTrainer`` is built in this process (one gloo rank, the CPU
-backend, the exact overrides of :func:`~treetune_scripts.experiments.warm_start.sft_command`) and its first training
+backend, the exact overrides of :func:`~treetune_recipe.cpo.experiments.warm_start.sft_command`) and its first training
 batch is run through the validation pass (``TrainingWorker.infer_batch``) and one training step
 (``TrainingWorker.train_batch``), as ``SFTTrainer.fit`` calls them. The expectation is fp32 ``AutoModelForCausalLM``
 on each sequence alone, the cross-entropy of the tokens the dataset's ``loss_mask`` marks (the assistant turn),
@@ -45,7 +45,7 @@ import torch
 import verl_cpu.activate  # noqa: F401  (as VERL_USE_EXTERNAL_MODULES loads it in the warm start's SFT run)
 from hydra import compose, initialize_config_dir
 
-from treetune_scripts.experiments.warm_start import WarmStartConfig, sft_command, sft_rows
+from treetune_recipe.cpo.experiments.warm_start import WarmStartConfig, sft_command, sft_rows
 from treetune_tests.support import engine_harness
 from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 

@@ -35,7 +35,7 @@ import functools
 import json
 from pathlib import Path
 
-from treetune_scripts.experiments.warm_start import WarmStartGateError, completion_correctness, measure_accuracy
+from treetune_recipe.cpo.experiments.warm_start import WarmStartGateError, completion_correctness, measure_accuracy
 from treetune_verl.tiny_assets import build_cached
 
 #: Responses sampled per prompt to call it hard (none right) and, in the gate, to count all-wrong groups; as many as
@@ -148,7 +148,7 @@ def check_hard_regime(info: dict) -> None:
     if problems:
         raise WarmStartGateError(
             f"the warm start is not in the hard regime: {'; '.join(problems)}. Change the regime's warm start or "
-            f"selection in treetune_scripts/experiments/ (REGIMES, hard_prompts.py)."
+            f"selection in treetune_recipe/cpo/experiments/ (REGIMES, hard_prompts.py)."
         )
 
 

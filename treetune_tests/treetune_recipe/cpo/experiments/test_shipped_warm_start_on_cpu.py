@@ -22,8 +22,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from treetune_scripts.experiments import warm_start
-from treetune_scripts.experiments.warm_start import (
+from treetune_recipe.cpo.experiments import warm_start
+from treetune_recipe.cpo.experiments.warm_start import (
     DEFAULT_WARM_START,
     SHIPPED_VOCAB_SHA256,
     SHIPPED_WEIGHTS,

@@ -11,10 +11,11 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Input records and command-line flags shared by the data preparation scripts.
+"""Input records and command-line flags shared by the data preparation scripts (``treetune_scripts/data/``).
 
-The rows they write follow the library's schema, :mod:`treetune_verl.data.rl_schema` (one place for the schema and
-its validator).
+The input side of every data set: local files or a hub split, cut to ``--limit``, and the flags that choose them. The
+rows the scripts write follow the library's schema, :mod:`treetune_verl.data.rl_schema` (one place for the schema
+and its validator).
 """
 
 from __future__ import annotations

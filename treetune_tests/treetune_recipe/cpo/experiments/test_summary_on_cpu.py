@@ -1,0 +1,72 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The experiment summary's arithmetic (``treetune_recipe/cpo/experiments/summary.py``) on a hand-made
+``results.csv``."""
+
+import csv
+import statistics
+
+import pytest
+
+from treetune_recipe.cpo.experiments import cpo_vs_grpo, summary
+
+
+def _write_csv(path, rows):
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=cpo_vs_grpo.RESULT_COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({column: row.get(column, "") for column in cpo_vs_grpo.RESULT_COLUMNS})
+
+
+def test_summary_numbers_by_hand(tmp_path):
+    rows = []
+    # grpo: val 0.2 -> 0.4 (seed 0), 0.2 -> 0.2 (seed 1); cpo: 0.2 -> 0.6 (both seeds). Steps 0 and 2.
+    for method, finals, times in (("grpo", (0.4, 0.2), (2.0, 4.0)), ("cpo:seq_kl", (0.6, 0.6), (3.0, 3.0))):
+        for seed, (final, time_s) in enumerate(zip(finals, times)):
+            rows += [
+                {"method": method, "seed": seed, "step": 0, "val_acc": 0.2},
+                {"method": method, "seed": seed, "step": 1, "train_reward": -0.5, "step_time_s": 100.0},
+                {"method": method, "seed": seed, "step": 2, "val_acc": final, "train_reward": 0, "step_time_s": time_s},
+            ]
+    # all-wrong shares of grpo at steps 1, 2: seed 0 0.5, 0.25; seed 1 0.75, 0.75; KL at step 2: 0.1, 0.3
+    for row, (all_wrong, kl) in zip(rows[1:6:1], [(0.5, None), (0.25, 0.1), (None, None), (0.75, None), (0.75, 0.3)]):
+        row.update({"all_wrong_frac": all_wrong, "kl": kl} if all_wrong is not None else {})
+    _write_csv(tmp_path / "results.csv", rows)
+    stats = summary.summarize(summary.read_results(tmp_path / "results.csv"))
+    assert stats["threshold"] == pytest.approx(0.3)
+    grpo, cpo = stats["methods"]["grpo"], stats["methods"]["cpo:seq_kl"]
+    assert grpo["final"] == pytest.approx((0.3, statistics.stdev([0.4, 0.2])))
+    assert grpo["auc"] == pytest.approx((0.25, statistics.stdev([0.3, 0.2])))  # (0.2+0.4)/2, (0.2+0.2)/2
+    assert (grpo["steps_to_threshold"], grpo["reached"]) == (2, 1)
+    assert grpo["step_time_s"] == pytest.approx(3.0)  # step 1 (warm-up) left out
+    assert cpo["final"] == pytest.approx((0.6, 0.0)) and cpo["step_time_ratio"] == pytest.approx(1.0)
+    assert grpo["first"] == pytest.approx((0.2, 0.0))
+    assert grpo["all_wrong_first"] == pytest.approx((0.5 + 0.75) / 2)  # step 1 of each seed
+    assert grpo["all_wrong_mean"] == pytest.approx((0.375 + 0.75) / 2)  # each seed's mean over its steps
+    assert grpo["final_kl"] == pytest.approx((0.1, 0.3))
+    assert cpo["all_wrong_first"] is None and cpo["final_kl"] is None  # not logged: "-" in the table
+    # Paired by seed: cpo - grpo final = 0.2 (seed 0), 0.4 (seed 1): mean 0.3, sd √0.02, 95 % half-width
+    # t(0.975, 1) · sd / √2 = 12.706 · 0.1.
+    assert cpo["final_vs_grpo"] == pytest.approx((0.3, 1.2706, 2))
+    assert cpo["auc_vs_grpo"] == pytest.approx((0.15, 12.706 * 0.05, 2))  # AUCs 0.4 vs 0.3 and 0.4 vs 0.2
+    assert grpo["final_vs_grpo"] == pytest.approx((0.0, 0.0, 2))
+    # Drift: each seed's last logged value (step 2 for seed 0, step 1 for seed 1), mean ± sd.
+    rows[2]["drift"], rows[4]["drift"] = 0.5, 0.25
+    _write_csv(tmp_path / "results.csv", rows)
+    stats = summary.summarize(summary.read_results(tmp_path / "results.csv"))
+    assert stats["methods"]["grpo"]["last_drift"] == pytest.approx((0.375, statistics.stdev([0.5, 0.25])))
+    table = summary.summary_table(stats)
+    assert "| 0.625 / 0.562 | 0.3750 ± 0.1768 | 0.100-0.300 |" in table
+    assert "| +0.3000 [-0.9706, +1.5706] (n=2) |" in table and "| baseline |" in table
