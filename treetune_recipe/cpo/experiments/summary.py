@@ -40,8 +40,6 @@ PER_STEP_PANELS = {
     "entropy": "policy entropy (actor/entropy)",
     "gw_minus_old": "teacher − student log-prob, g − o",
 }
-#: Two-sided 95 % quantiles of Student's t by degrees of freedom (n seeds - 1), for the paired intervals.
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 
 
 def read_results(path: Path | str) -> list[dict]:
@@ -72,14 +70,17 @@ def _curve(rows: list[dict], method: str, seed: int) -> list[tuple[int, float]]:
 
 def paired_difference(values: dict[int, float], baseline: dict[int, float]) -> tuple[float, float, int] | None:
     """Mean over the seeds both have of ``values[seed] - baseline[seed]``, the half-width of its 95 % t-interval
-    (``t_{0.975, n-1} · sd / √n``; infinite for one seed) and n; None without a common seed."""
+    (``t_{0.975, n-1} · sd / √n``, the quantile from ``scipy.stats.t``; infinite for one seed) and n; None without a
+    common seed."""
+    from scipy.stats import t as student_t
+
     diffs = [values[seed] - baseline[seed] for seed in sorted(values.keys() & baseline.keys())]
     if not diffs:
         return None
     if len(diffs) == 1:
         return diffs[0], math.inf, 1
-    t = T_975.get(len(diffs) - 1, 1.96)
-    return statistics.fmean(diffs), t * statistics.stdev(diffs) / math.sqrt(len(diffs)), len(diffs)
+    quantile = float(student_t.ppf(0.975, df=len(diffs) - 1))
+    return statistics.fmean(diffs), quantile * statistics.stdev(diffs) / math.sqrt(len(diffs)), len(diffs)
 
 
 def normalised_auc(curve: list[tuple[int, float]]) -> float:

@@ -58,9 +58,9 @@ def test_summary_numbers_by_hand(tmp_path):
     assert grpo["final_kl"] == pytest.approx((0.1, 0.3))
     assert cpo["all_wrong_first"] is None and cpo["final_kl"] is None  # not logged: "-" in the table
     # Paired by seed: cpo - grpo final = 0.2 (seed 0), 0.4 (seed 1): mean 0.3, sd √0.02, 95 % half-width
-    # t(0.975, 1) · sd / √2 = 12.706 · 0.1.
-    assert cpo["final_vs_grpo"] == pytest.approx((0.3, 1.2706, 2))
-    assert cpo["auc_vs_grpo"] == pytest.approx((0.15, 12.706 * 0.05, 2))  # AUCs 0.4 vs 0.3 and 0.4 vs 0.2
+    # t(0.975, 1) · sd / √2 = 12.706 · 0.1 (the printed quantile, to its 5 digits).
+    assert cpo["final_vs_grpo"] == pytest.approx((0.3, 12.706 * 0.1, 2), rel=1e-4)
+    assert cpo["auc_vs_grpo"] == pytest.approx((0.15, 12.706 * 0.05, 2), rel=1e-4)  # AUCs 0.4 vs 0.3 and 0.4 vs 0.2
     assert grpo["final_vs_grpo"] == pytest.approx((0.0, 0.0, 2))
     # Drift: each seed's last logged value (step 2 for seed 0, step 1 for seed 1), mean ± sd.
     rows[2]["drift"], rows[4]["drift"] = 0.5, 0.25
@@ -70,3 +70,19 @@ def test_summary_numbers_by_hand(tmp_path):
     table = summary.summary_table(stats)
     assert "| 0.625 / 0.562 | 0.3750 ± 0.1768 | 0.100-0.300 |" in table
     assert "| +0.3000 [-0.9706, +1.5706] (n=2) |" in table and "| baseline |" in table
+
+
+@pytest.mark.parametrize(
+    ("seeds", "published_t"),
+    # Two-sided 95 % quantiles of Student's t from printed tables: df = 2, 4 and 12 (beyond the old hand table's 10).
+    [(3, 4.303), (5, 2.776), (13, 2.179)],
+)
+def test_paired_interval_uses_the_student_t_quantile_of_its_seed_count(seeds, published_t):
+    baseline = {seed: 0.1 for seed in range(seeds)}
+    values = {seed: 0.1 + 0.01 * seed for seed in range(seeds)}
+    mean, half_width, n = summary.paired_difference(values, baseline)
+    diffs = [0.01 * seed for seed in range(seeds)]
+    assert n == seeds and mean == pytest.approx(statistics.fmean(diffs))
+    sem = statistics.stdev(diffs) / seeds**0.5
+    assert half_width == pytest.approx(published_t * sem, rel=2e-4)
+    assert half_width != pytest.approx(1.96 * sem, rel=2e-4)  # the normal quantile would be too narrow here
