@@ -37,7 +37,8 @@ from treetune_recipe.cpo.cpo_core_algos import DIFFICULTY_MODES, LOSS_POSITIONS
 from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig
 from treetune_recipe.cpo.cpo_hint import HintConfig
 from treetune_recipe.cpo.cpo_terms import DEFAULT_SUCCESS_VALUE
-from treetune_recipe.cpo.methods import Method, all_methods, get_method
+from treetune_recipe.cpo.method_registry import all_methods, get_method
+from treetune_recipe.cpo.methods import Method
 from treetune_recipe.cpo.teacher import TEACHERS, TeacherConfig
 from treetune_verl.config_block import block_keys, check_block_overrides, dataclass_from_block, override_key
 
@@ -49,7 +50,7 @@ class _SharedKnobs:
 
     wrap_method: str = field(
         default="seq_kl",
-        metadata={"help": "The method: one of the registered methods (treetune_recipe/cpo/methods.py)."},
+        metadata={"help": "The method: one of the registered methods (treetune_recipe/cpo/method_registry.py)."},
     )
     cpo_lambda: float = field(
         default=2.0,

@@ -53,7 +53,7 @@ from treetune_recipe.cpo.cpo_terms import (  # noqa: F401  (re-exported: the wra
     sequence_mean,
     success_value_of,
 )
-from treetune_recipe.cpo.methods import ADVANTAGE_WRAPPERS, Method, get_method, register_method
+from treetune_recipe.cpo.methods import ADVANTAGE_WRAPPERS, Method, register_method, registered_method
 
 #: name -> advantage wrapper of every registered method that has one (the 18 below and the peers' advantage forms).
 CPO_WRAPPERS: dict[str, CPOWrapper] = ADVANTAGE_WRAPPERS
@@ -105,7 +105,7 @@ def rows_reading_hint(
     Returns:
         bool ``[B]``.
     """
-    method = get_method(wrap_method)
+    method = registered_method(wrap_method)
     rows = CPORows(seq_rewards, difficulty, advantages, success_value_of(cfg))
     if method.hint_rows is None:
         return rows.every
@@ -114,7 +114,7 @@ def rows_reading_hint(
 
 def get_cpo_wrapper(name: str) -> CPOWrapper:
     """The advantage wrapper of method ``name``; ValueError listing the valid names otherwise."""
-    method = get_method(name)
+    method = registered_method(name)
     if method.advantage is None:
         raise ValueError(
             f"cpo.wrap_method={name} has a distribution-level loss, not an advantage wrapper. Methods with a "

@@ -23,7 +23,8 @@ read these declarations and never name a method:
 
 Each method module registers itself on import (:func:`register_method`): the 18 CPO wrappers in
 :mod:`treetune_recipe.cpo.cpo_advantage_wrappers`, which then imports the peers (:mod:`treetune_recipe.cpo.peers`).
-:func:`get_method` and :func:`all_methods` load them all first.
+This module imports none of them; :mod:`treetune_recipe.cpo.method_registry` loads them all and is where the rest of
+the recipe looks a method up (``get_method``, ``all_methods``).
 """
 
 from __future__ import annotations
@@ -167,19 +168,8 @@ def register_method(method: Method) -> Method:
     return method
 
 
-def get_method(name: str) -> Method:
-    """The method registered as ``name``; ValueError listing the valid names otherwise."""
-    _load_methods()
+def registered_method(name: str) -> Method:
+    """The method registered as ``name`` so far; ValueError listing the valid names otherwise."""
     if name not in METHODS:
         raise ValueError(f"Unknown cpo.wrap_method {name!r}. Valid names: {', '.join(METHODS)}.")
     return METHODS[name]
-
-
-def all_methods() -> dict[str, Method]:
-    """Every registered method, by name (the 18 CPO wrappers first, then the peers)."""
-    _load_methods()
-    return METHODS
-
-
-def _load_methods() -> None:
-    import treetune_recipe.cpo.cpo_advantage_wrappers  # noqa: F401  (registers the 18, then imports the peers)

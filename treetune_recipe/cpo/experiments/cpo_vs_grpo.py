@@ -128,7 +128,7 @@ REGIMES = {
 def _parse_method(name: str) -> str:
     """Check one method name and return it normalised (``cpo`` alone means ``cpo:seq_kl``)."""
     from treetune_recipe.cpo.config import check_cpo_overrides
-    from treetune_recipe.cpo.methods import all_methods
+    from treetune_recipe.cpo.method_registry import all_methods
 
     name = "cpo:seq_kl" if name == "cpo" else name
     if name == "grpo":
@@ -176,7 +176,7 @@ def method_overrides(method: str) -> list[str]:
 
 def method_run_setting_keys(method: str) -> set[str]:
     """The config keys the published run settings of ``method`` set (none for GRPO)."""
-    from treetune_recipe.cpo.methods import get_method
+    from treetune_recipe.cpo.method_registry import get_method
 
     if method == "grpo":
         return set()

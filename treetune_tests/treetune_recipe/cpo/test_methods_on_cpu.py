@@ -33,7 +33,8 @@ from treetune_recipe.cpo.config import (
     config_defaults,
     translate_alias_overrides,
 )
-from treetune_recipe.cpo.methods import METHODS, Method, all_methods, get_method
+from treetune_recipe.cpo.method_registry import all_methods, get_method
+from treetune_recipe.cpo.methods import METHODS, Method
 from treetune_recipe.cpo.peers.sdpo import SDPOKnobs
 from treetune_recipe.cpo.preflight import check_cpo_config
 from treetune_verl.preflight import PreflightError

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from treetune_recipe.cpo.cpo_hint import HintConfig
-from treetune_recipe.cpo.methods import get_method
+from treetune_recipe.cpo.method_registry import get_method
 from treetune_recipe.cpo.peers.sdpo import SDPOKnobs
 from treetune_recipe.cpo.sibling_context import sibling_teacher_message
 from treetune_recipe.cpo.teacher_context import build_sibling_batch, build_teacher_batch
