@@ -14,29 +14,17 @@
 """The metrics plotter's command line (``python -m treetune_scripts.plot_metrics``): the summary table on stdout, then
 the PNG it wrote. The plotter itself is tested in ``treetune_tests/treetune_verl/test_metrics_plot_on_cpu.py``."""
 
-import json
-
 import pytest
 
 from treetune_scripts import plot_metrics as plot_module
+from treetune_tests.support.sample_metrics import write_sample_metrics
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture
 def jsonl_path(tmp_path):
-    records = [
-        {"step": 1, "data": {"critic/score/mean": -0.9, "timing_s/step": 2.5, "actor/pg_loss": 0.1,
-                             "cpo/weight/mean": 1.0, "actor/cpo/clip_frac": 0.0, "note": "text", "flag": True,
-                             "training/global_step": 1}},
-        {"step": 2, "data": {"critic/score/mean": -0.7, "timing_s/step": 2.0, "actor/pg_loss": 0.05,
-                             "cpo/weight/mean": 0.9, "actor/cpo/clip_frac": 0.1, "training/global_step": 2}},
-        {"step": 3, "data": {"critic/score/mean": -0.25, "actor/pg_loss": 0.02, "val-core/acc": 0.5,
-                             "training/global_step": 3}},
-    ]  # fmt: skip
-    path = tmp_path / "run.jsonl"
-    path.write_text("\n".join(json.dumps(record) for record in records) + "\n\n")
-    return path
+    return write_sample_metrics(tmp_path / "run.jsonl")
 
 
 def test_cli(jsonl_path, tmp_path, capsys):
