@@ -25,9 +25,16 @@ are combined into ``OUT/results.csv``, then summarised and plotted from there.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
-from treetune_recipe.cpo.experiments.summary import combine_results, plot_curves, warm_info, write_summary
+from treetune_recipe.cpo.experiments.summary import (
+    combine_results,
+    plot_curves,
+    provenance,
+    warm_info,
+    write_summary,
+)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -45,8 +52,12 @@ def main(argv: list[str] | None = None) -> None:
         output_dir = args.output_dir
         combine_results(directories, output_dir / "results.csv", args.methods.split(",") if args.methods else None)
     results_csv = output_dir / "results.csv"
-    print(write_summary(results_csv, output_dir / "summary.md", warm_info(directories[0])))
-    plot_curves(results_csv, output_dir / "curves.png")
+    warm = warm_info(directories[0])
+    plans = [d / "experiment.json" for d in directories]
+    regimes = sorted({json.loads(p.read_text()).get("regime", "?") for p in plans if p.is_file()}) or ["?"]
+    caption = "; ".join(provenance(d, "+".join(regimes), warm) for d in directories)
+    print(write_summary(results_csv, output_dir / "summary.md", warm, caption=caption))
+    plot_curves(results_csv, output_dir / "curves.png", caption=caption)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ seed dumps its token credit (``cpo.credit_dump``).
 :data:`REGIMES` holds what ``--regime`` chooses: ``hard`` is the same warm start, trained and validated on the
 problems it fails (``hard_prompts.py``), so that most prompt groups are all wrong at the start and only a hint-guided
 method gets a signal from them. :func:`result_rows` reads one run's ``results.csv`` rows from verl's metrics.
+:func:`plan_experiment` checks a command line's choices into an :class:`Experiment`, :func:`run_experiment` runs it.
 """
 
 from __future__ import annotations
@@ -32,12 +33,27 @@ import dataclasses
 import json
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
-from treetune_recipe.cpo.experiments.task import HINT_OVERRIDES, TASK_RL_OVERRIDES
-from treetune_recipe.cpo.experiments.warm_start import DEFAULT_WARM_START, WarmStartConfig
+from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
+from treetune_recipe.cpo.experiments import hard_prompts, summary
+from treetune_recipe.cpo.experiments.console import condense
+from treetune_recipe.cpo.experiments.task import HINT_OVERRIDES, TASK_RL_OVERRIDES, val_acc_key
+from treetune_recipe.cpo.experiments.warm_start import (
+    DEFAULT_WARM_START,
+    WarmStartConfig,
+    WarmStartGateError,
+    build_warm_start,
+    check_mixed_groups,
+    describe_warm_start,
+    read_build_info,
+    warm_start_hash,
+)
 from treetune_verl.config_block import override_key
 from treetune_verl.metrics_history import read_metrics
+from treetune_verl.tiny_run import METRICS_FILE
 
 DEFAULT_OUTPUT_DIR = Path("outputs/experiments/cpo_vs_grpo")
 #: Responses sampled per held-out prompt at each validation.
@@ -55,7 +71,7 @@ HELD_OUT_OVERRIDES = [
 ]
 RESULT_COLUMNS = [
     "method", "seed", "step", "val_acc", "train_reward", "step_time_s", "cpo_adv_shift", "hint_logratio",
-    "all_wrong_frac", "kl", "drift", "response_length", "entropy", "gw_minus_old",
+    "all_wrong_frac", "kl", "drift", "response_length", "entropy", "gw_minus_old", "context_token_frac",
 ]  # fmt: skip
 #: ``results.csv`` columns read from verl's metrics under a fixed name (``val_acc``'s name depends on the runs'
 #: :func:`validation_samples`).
@@ -70,6 +86,8 @@ _METRIC_COLUMNS = {
     "response_length": "response_length/mean",
     "entropy": "actor/entropy",
     "gw_minus_old": "cpo/gw_minus_old_mean",
+    # Share of response tokens whose row has a teacher context (SDPO: a successful sibling; the others log 1 or nothing)
+    "context_token_frac": "cpo/context_token_frac",
 }
 
 
@@ -278,3 +296,161 @@ def prepare_output_dir(output_dir: Path, plan: dict, *, resume: bool, overwrite:
         )
     output_dir.mkdir(parents=True, exist_ok=True)
     plan_path.write_text(json.dumps(plan, indent=2, sort_keys=True) + "\n")
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """One comparison, as checked by :func:`plan_experiment`: what :func:`run_experiment` runs."""
+
+    regime_name: str
+    methods: list[str]
+    seeds: int
+    schedule: Schedule
+    overrides: list[str]
+    output_dir: Path
+    quick: bool = False
+    skip_gate: bool = False
+    run_timeout_s: float = 1800.0
+
+    @property
+    def regime(self) -> Regime:
+        return REGIMES[self.regime_name]
+
+    def plan(self) -> dict:
+        """What ``experiment.json`` records, and ``--resume`` must find unchanged."""
+        plan = {
+            "regime": self.regime_name,
+            "methods": self.methods,
+            "seeds": self.seeds,
+            "schedule": dataclasses.asdict(self.schedule),
+            "warm_start": warm_start_hash(self.regime.warm_start),
+            "overrides": self.overrides,
+        }
+        return json.loads(json.dumps(plan))  # as read back from experiment.json (tuples become lists)
+
+
+def plan_experiment(
+    regime_name: str,
+    *,
+    methods: str | None = None,
+    seeds: int | None = None,
+    steps: int | None = None,
+    quick: bool = False,
+    output_dir: Path | None = None,
+    overrides: list[str] = (),
+    skip_gate: bool = False,
+    run_timeout_s: float = 1800.0,
+) -> Experiment:
+    """The experiment a command line asks for, with the regime's defaults (``--quick``: 3 steps, 1 seed, GRPO and
+    CPO ``seq_kl``); :class:`ExperimentError` naming the bad choice."""
+    regime = REGIMES[regime_name]
+    seeds = seeds if seeds is not None else (1 if quick else 3)
+    if seeds < 1:
+        raise ExperimentError(f"--seeds must be >= 1, got {seeds}.")
+    base = QUICK_SCHEDULE if quick else DEFAULT_SCHEDULE
+    steps = steps if steps is not None else base.steps
+    if steps < 1:
+        raise ExperimentError(f"--steps must be >= 1, got {steps}.")
+    credit_steps = tuple(sorted({step for step in (*base.credit_steps, steps) if step <= steps}))
+    return Experiment(
+        regime_name=regime_name,
+        methods=parse_methods(methods or (QUICK_METHODS if quick else regime.methods)),
+        seeds=seeds,
+        schedule=Schedule(steps=steps, test_freq=base.test_freq, credit_steps=credit_steps),
+        overrides=[*regime.overrides, *overrides],
+        output_dir=(output_dir or regime.output_dir).resolve(),
+        quick=quick,
+        skip_gate=skip_gate,
+        run_timeout_s=run_timeout_s,
+    )
+
+
+def run_experiment(experiment: Experiment) -> int:
+    """Build the warm start (and the hard prompts), check the regime's gate, run every (method, seed) not finished
+    earlier, then write ``results.csv``, ``summary.md``, ``curves.png`` and ``credit_report.html``. Returns the exit
+    code: 0, 1 when a run failed, 3 when the warm start misses its regime."""
+    started = time.monotonic()
+    output_dir, schedule, regime = experiment.output_dir, experiment.schedule, experiment.regime
+    print(f"[experiment] warm start ({experiment.regime_name} regime) ...", flush=True)
+    warm_dir = build_warm_start(regime.warm_start)
+    info = read_build_info(warm_dir)
+    print(f"[experiment] {describe_warm_start(info)}", flush=True)
+    regime_note, overrides = "", list(experiment.overrides)
+    if regime.hard_prompts and not experiment.quick:
+        print("[experiment] hard prompts (sampled once per warm start) ...", flush=True)
+        selected = hard_prompts.select_hard_prompts(warm_dir)
+        regime_note = hard_prompts.describe(selected.info)
+        print(f"[experiment] {regime_note}", flush=True)
+        overrides = [f"data.train_files={selected.train}", f"data.val_files={selected.val}", *overrides]
+    if not (experiment.quick or experiment.skip_gate):
+        try:
+            if regime.hard_prompts:
+                hard_prompts.check_hard_regime(selected.info)
+            else:
+                check_mixed_groups(info)
+        except WarmStartGateError as error:
+            print(f"[experiment] stopping before RL: {error}", file=sys.stderr)
+            return 3
+
+    val_acc = val_acc_key(validation_samples(overrides))
+    rows: list[dict] = []
+    cpo_methods = [method for method in experiment.methods if method != "grpo"]
+    commit = source_commit()
+    for seed in range(experiment.seeds):
+        for method in experiment.methods:
+            name = run_name(method, seed)
+            run_dir = output_dir / "runs" / name
+            done_path = run_dir / "run.json"
+            if done_path.is_file():
+                print(f"[experiment] {name}: finished earlier, kept", flush=True)
+            else:
+                shutil.rmtree(run_dir, ignore_errors=True)
+                dump = bool(cpo_methods) and method == cpo_methods[0] and seed == 0
+                run = launch_cpo_on_cpu(
+                    run_overrides(run_dir, method, seed, schedule, dump) + overrides,
+                    run_dir / "train.log",
+                    assets_dir=warm_dir,
+                    run_dir=run_dir,
+                    total_training_steps=schedule.steps,
+                    experiment_name=name,
+                    timeout_s=experiment.run_timeout_s,
+                    env={"VERL_FILE_LOGGER_PATH": str(run_dir / METRICS_FILE)},
+                    echo=lambda line, name=name: _echo(name, condense(line)),
+                )
+                if run.returncode != 0:
+                    tail = "\n".join(run.log_path.read_text().splitlines()[-30:])
+                    print(
+                        f"[experiment] {name} failed (exit {run.returncode}); log {run.log_path}:\n{tail}",
+                        file=sys.stderr,
+                    )
+                    return 1
+                done_path.write_text(
+                    json.dumps({"wall_s": round(run.wall_s, 1), "method": method, "seed": seed, "commit": commit})
+                )
+            run_rows = result_rows(method, seed, run_dir / METRICS_FILE, val_acc)
+            rows += run_rows
+            write_results(output_dir / "results.csv", rows)
+            final = [row["val_acc"] for row in run_rows if row["val_acc"] != ""]
+            wall = json.loads(done_path.read_text())["wall_s"]
+            print(
+                f"[experiment] {name} done: final val acc {final[-1] if final else 'n/a'}, run {wall:.0f} s", flush=True
+            )
+
+    caption = summary.provenance(output_dir, experiment.regime_name, info)
+    table = summary.write_summary(
+        output_dir / "results.csv", output_dir / "summary.md", warm_info=info, regime_note=regime_note, caption=caption
+    )
+    summary.plot_curves(output_dir / "results.csv", output_dir / "curves.png", caption=caption)
+    if cpo_methods:
+        from treetune_recipe.cpo.credit_report import build_report
+
+        dump_dir = output_dir / "runs" / run_name(cpo_methods[0], 0) / "credit_dump"
+        build_report(dump_dir, output_dir / "credit_report.html")
+    print(table)
+    print(f"[experiment] outputs in {output_dir}; total {time.monotonic() - started:.0f} s", flush=True)
+    return 0
+
+
+def _echo(name: str, line: str | None) -> None:
+    if line is not None:
+        print(f"[{name}] {line}", flush=True)

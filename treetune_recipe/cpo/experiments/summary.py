@@ -106,6 +106,9 @@ def summarize(rows: list[dict]) -> dict:
       last step; min and max over seeds;
     - paired differences from GRPO: per seed, the method's final accuracy (AUC) minus GRPO's of the same seed (same
       warm start, data order and rollout seed); mean and 95 % t-interval (:func:`paired_difference`);
+    - context token share (``context_token_frac``: the share of a step's response tokens whose row has a teacher
+      context; SDPO masks rows without a successful sibling): per seed the mean over steps; mean ± sample std over
+      seeds (None where no run logged it);
     - drift, response length, entropy, g − o: ``drift`` (mean ``old − ref`` log-ratio over response tokens,
       unclamped), ``response_length``, ``entropy``, ``gw_minus_old`` at each seed's last step that logged them; mean
       ± sample std over seeds (None where no run logged them).
@@ -134,6 +137,8 @@ def summarize(rows: list[dict]) -> dict:
         all_wrong = [[r["all_wrong_frac"] for r in run if r.get("all_wrong_frac") is not None] for run in runs]
         all_wrong = [values for values in all_wrong if values]
         final_kl = [run[-1].get("kl") for run in runs if run and run[-1].get("kl") is not None]
+        context = [[r["context_token_frac"] for r in run if r.get("context_token_frac") is not None] for run in runs]
+        context = [statistics.fmean(values) for values in context if values]
         last_logged = {
             column: [next((r[column] for r in reversed(run) if r.get(column) is not None), None) for run in runs]
             for column in ("drift", "response_length", "entropy", "gw_minus_old")
@@ -149,6 +154,7 @@ def summarize(rows: list[dict]) -> dict:
             "all_wrong_first": statistics.fmean(v[0] for v in all_wrong) if all_wrong else None,
             "all_wrong_mean": statistics.fmean(statistics.fmean(v) for v in all_wrong) if all_wrong else None,
             "final_kl": (min(final_kl), max(final_kl)) if final_kl else None,
+            "context_share": _mean_std(context) if context else None,
             "final_by_seed": {s: curves[(m, s)][-1][1] for s in seeds[m] if (m, s) in curves},
             "auc_by_seed": {s: normalised_auc(curves[(m, s)]) for s in seeds[m] if (m, s) in curves},
             **{
@@ -188,8 +194,8 @@ def summary_table(stats: dict) -> str:
         "| method | seeds | first val acc | final val acc | final − grpo (paired, 95 % CI) | val acc AUC "
         f"| AUC − grpo (paired, 95 % CI) | steps to val acc ≥ {threshold:.4f} | all-wrong share: step 1 / mean "
         "| drift old − ref (unclamped) | actor/kl_loss (clamped) | response length | entropy | g − o "
-        "| step time (s) | step-time ratio vs grpo |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| context token share | step time (s) | step-time ratio vs grpo |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for method, s in stats["methods"].items():
         to_threshold = (
@@ -202,27 +208,47 @@ def summary_table(stats: dict) -> str:
         kl = f"{s['final_kl'][0]:.3f}-{s['final_kl'][1]:.3f}" if s.get("final_kl") else "-"
         last = [_pm(s[f"last_{c}"]) if s.get(f"last_{c}") else "-" for c in ("drift", "response_length", "entropy")]
         g_minus_o = _pm(s["last_gw_minus_old"]) if s.get("last_gw_minus_old") else "-"
+        context = _pm(s["context_share"]) if s.get("context_share") else "-"
         paired = {
             key: "baseline" if method == BASELINE_METHOD else _paired(s[f"{key}_vs_grpo"]) for key in ("final", "auc")
         }
         lines.append(
             f"| {method} | {s['seeds']} | {_pm(s['first'])} | {_pm(s['final'])} | {paired['final']} "
             f"| {_pm(s['auc'])} | {paired['auc']} | {to_threshold} | {all_wrong} | {last[0]} | {kl} "
-            f"| {last[1]} | {last[2]} | {g_minus_o} | {s['step_time_s']:.3f} | {ratio} |"
+            f"| {last[1]} | {last[2]} | {g_minus_o} | {context} | {s['step_time_s']:.3f} | {ratio} |"
         )
     return "\n".join(lines)
 
 
+def provenance(experiment_dir: Path, regime: str, warm: dict | None = None) -> str:
+    """One line naming what an experiment's table and figure measured: the regime, the commits its runs trained with
+    (their ``run.json``; ``unknown`` for a run that did not record one) and the warm start (its cache key in
+    ``experiment.json`` and its weights' sha256)."""
+    import json
+
+    runs = sorted(Path(experiment_dir).glob("runs/*/run.json"))
+    commits = sorted({json.loads(path.read_text()).get("commit", "unknown") for path in runs})
+    named = ", ".join(commit[:10] + ("-dirty" if commit.endswith("-dirty") else "") for commit in commits) or "none"
+    plan_path = Path(experiment_dir) / "experiment.json"
+    key = json.loads(plan_path.read_text()).get("warm_start", "?") if plan_path.is_file() else "?"
+    weights = (warm or {}).get("weights_sha256", "?")[:12]
+    return f"{regime} regime, {len(runs)} runs at commit {named}; warm start {key} (weights sha256 {weights}…)"
+
+
 def write_summary(
-    results_csv: Path | str, summary_md: Path | str, warm_info: dict | None = None, regime_note: str = ""
+    results_csv: Path | str,
+    summary_md: Path | str,
+    warm_info: dict | None = None,
+    regime_note: str = "",
+    caption: str = "",
 ) -> str:
-    """Write ``summary.md`` (``regime_note``: a paragraph on the regime's prompts, after the warm start's); returns
-    its table."""
+    """Write ``summary.md`` (``regime_note``: a paragraph on the regime's prompts, after the warm start's;
+    ``caption``: :func:`provenance`, the first line); returns its table."""
     stats = summarize(read_results(results_csv))
     table = summary_table(stats)
-    warm = ""
+    warm = f"{caption}.\n\n" if caption else ""
     if warm_info:
-        warm = (
+        warm += (
             f"Warm start: greedy validation accuracy {warm_info['val_acc_plain']:.3f} on plain prompts, "
             f"{warm_info['val_acc_hint']:.3f} with the hint ({warm_info['parameters']} parameters, "
             f"`{warm_info['path']}`).\n\n"
@@ -246,16 +272,18 @@ def write_summary(
         " the k1 estimate of KL(policy ‖ reference) per token, unclamped; the reference is the warm start, except "
         "under a refreshed teacher, where it restarts at each refresh); actor/kl_loss = verl's `low_var_kl` at the "
         "last step, min-max over seeds (clamped at 10 per token: it saturates); response length, entropy "
-        "(`actor/entropy`) and g − o (`cpo/gw_minus_old_mean`) at the last step; "
+        "(`actor/entropy`) and g − o (`cpo/gw_minus_old_mean`) at the last step; context token share = share of a "
+        "step's response tokens whose row has a teacher context (`cpo/context_token_frac`; SDPO masks the rows "
+        "without a successful sibling), mean over steps per seed, mean ± std over seeds; "
         "step time = mean `step_time_s` of steps >= 2 per seed, averaged over seeds.\n"
     )
     Path(summary_md).write_text(text)
     return table
 
 
-def plot_curves(results_csv: Path | str, png_path: Path | str) -> Path:
+def plot_curves(results_csv: Path | str, png_path: Path | str, caption: str = "") -> Path:
     """Validation accuracy (mean ± std band over seeds) per method vs step and vs cumulative step time, and the
-    :data:`PER_STEP_PANELS` columns per step (mean over seeds)."""
+    :data:`PER_STEP_PANELS` columns per step (mean over seeds); ``caption`` (:func:`provenance`) heads the figure."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -303,6 +331,8 @@ def plot_curves(results_csv: Path | str, png_path: Path | str) -> Path:
         if axis.has_data():
             axis.legend(fontsize=8)
     axes[0].set_ylabel("validation accuracy (held-out plain prompts)")
+    if caption:
+        fig.suptitle(caption, fontsize=11)
     fig.tight_layout()
     fig.savefig(png_path, dpi=80)
     plt.close(fig)
@@ -319,8 +349,12 @@ def warm_info(experiment_dir: Path) -> dict | None:
     plan_path = experiment_dir / "experiment.json"
     if not plan_path.is_file():
         return None
-    warm_dir = default_cache_root() / "warm_start" / json.loads(plan_path.read_text())["warm_start"]
-    return read_build_info(warm_dir) if (warm_dir / "build_info.json").is_file() else None
+    key = json.loads(plan_path.read_text())["warm_start"]
+    # build_warm_start names the folder of the shipped weights <key>-shipped, of an SFT build <key>
+    for warm_dir in (default_cache_root() / "warm_start" / name for name in (f"{key}-shipped", key)):
+        if (warm_dir / "build_info.json").is_file():
+            return read_build_info(warm_dir)
+    return None
 
 
 def combine_results(experiment_dirs: list[Path], results_csv: Path, methods: list[str] | None = None) -> Path:

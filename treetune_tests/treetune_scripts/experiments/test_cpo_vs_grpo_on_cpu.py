@@ -40,8 +40,8 @@ def no_training(*args, **kwargs):
 
 @pytest.fixture
 def no_expensive_work(monkeypatch):
-    monkeypatch.setattr(cpo_vs_grpo, "launch_cpo_on_cpu", no_training)
-    monkeypatch.setattr(cpo_vs_grpo, "build_warm_start", no_training)
+    monkeypatch.setattr(experiment, "launch_cpo_on_cpu", no_training)
+    monkeypatch.setattr(experiment, "build_warm_start", no_training)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -84,8 +84,8 @@ def test_a_warm_start_outside_the_gate_stops_before_rl(tmp_path, capsys, monkeyp
     warm.mkdir()
     info = {"val_acc_plain": 0.04, "val_acc_hint": 0.5, "parameters": 10}
     (warm / "build_info.json").write_text(json.dumps(info))
-    monkeypatch.setattr(cpo_vs_grpo, "build_warm_start", lambda config: warm)
-    monkeypatch.setattr(cpo_vs_grpo, "launch_cpo_on_cpu", no_training)
+    monkeypatch.setattr(experiment, "build_warm_start", lambda config: warm)
+    monkeypatch.setattr(experiment, "launch_cpo_on_cpu", no_training)
     assert cpo_vs_grpo.main(["--output-dir", str(tmp_path / "out")]) == 3
     err = capsys.readouterr().err
     assert "stopping before RL" in err and "accuracy on plain prompts is 0.040" in err
@@ -105,9 +105,9 @@ def test_the_hard_regime_trains_on_the_hard_prompts_of_the_default_warm_start(tm
         **dict(train_pool=8, train_prompts=4, val_pool=4, val_prompts=2, gate_prompts=4, correct_frac=0.1),
     }
     selected = hard_prompts.HardPrompts(train=tmp_path / "train.parquet", val=tmp_path / "val.parquet", info=info)
-    monkeypatch.setattr(cpo_vs_grpo, "build_warm_start", lambda config: built.append(config) or warm)
+    monkeypatch.setattr(experiment, "build_warm_start", lambda config: built.append(config) or warm)
     monkeypatch.setattr(hard_prompts, "select_hard_prompts", lambda path: selected if path == warm else None)
-    monkeypatch.setattr(cpo_vs_grpo, "launch_cpo_on_cpu", no_training)
+    monkeypatch.setattr(experiment, "launch_cpo_on_cpu", no_training)
     assert cpo_vs_grpo.main(["--regime", "hard", "--output-dir", str(tmp_path / "out")]) == 3
     assert built == [experiment.REGIMES["hard"].warm_start] == [experiment.REGIMES["default"].warm_start]
     captured = capsys.readouterr()
@@ -267,7 +267,7 @@ def test_resume_keeps_finished_runs_and_reruns_only_the_unfinished(quick_experim
         log_path.write_text("")
         return type("Run", (), {"returncode": 0, "wall_s": 1.0, "log_path": log_path})()
 
-    monkeypatch.setattr(cpo_vs_grpo, "launch_cpo_on_cpu", fake_training)
+    monkeypatch.setattr(experiment, "launch_cpo_on_cpu", fake_training)
     assert cpo_vs_grpo.main([*QUICK_ARGS, "--resume", "--output-dir", str(out)]) == 0
     assert calls == ["grpo__seed0"]
     assert _csv_rows(out / "results.csv") == _csv_rows(quick_experiment / "results.csv")

@@ -70,6 +70,15 @@ def test_summary_numbers_by_hand(tmp_path):
     table = summary.summary_table(stats)
     assert "| 0.625 / 0.562 | 0.3750 ± 0.1768 | 0.100-0.300 |" in table
     assert "| +0.3000 [-0.9706, +1.5706] (n=2) |" in table and "| baseline |" in table
+    assert stats["methods"]["cpo:seq_kl"]["context_share"] is None  # not logged: "-"
+    # Context token share (SDPO's masked rows): per seed the mean over its steps, then mean ± sd over seeds.
+    for row, share in zip(rows[6:12], [None, 0.5, 0.7, None, 0.9, 0.9]):  # cpo's steps 0-2, seeds 0 and 1
+        row["context_token_frac"] = share
+    _write_csv(tmp_path / "results.csv", rows)
+    stats = summary.summarize(summary.read_results(tmp_path / "results.csv"))
+    assert stats["methods"]["cpo:seq_kl"]["context_share"] == pytest.approx((0.75, statistics.stdev([0.6, 0.9])))
+    assert stats["methods"]["grpo"]["context_share"] is None
+    assert "| 0.7500 ± 0.2121 |" in summary.summary_table(stats)
 
 
 @pytest.mark.parametrize(
@@ -86,3 +95,17 @@ def test_paired_interval_uses_the_student_t_quantile_of_its_seed_count(seeds, pu
     sem = statistics.stdev(diffs) / seeds**0.5
     assert half_width == pytest.approx(published_t * sem, rel=2e-4)
     assert half_width != pytest.approx(1.96 * sem, rel=2e-4)  # the normal quantile would be too narrow here
+
+
+def test_provenance_names_the_runs_commits_and_the_warm_start(tmp_path):
+    import json
+
+    (tmp_path / "experiment.json").write_text(json.dumps({"warm_start": "6828801826999ec1"}))
+    for name, record in (("grpo__seed0", {"commit": "0123456789abcdef-dirty"}), ("sdpo__seed0", {})):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "run.json").write_text(json.dumps({"wall_s": 1.0, **record}))
+    line = summary.provenance(tmp_path, "hard", {"weights_sha256": "2445a529638f5531"})
+    assert line == (
+        "hard regime, 2 runs at commit 0123456789-dirty, unknown; warm start 6828801826999ec1 "
+        "(weights sha256 2445a529638f…)"
+    )
