@@ -113,3 +113,17 @@ def test_the_recipe_entry_point_builds_its_config_and_runs_its_gpu_preflight_wit
         assert problems == missing_val + missing_verl_cpu and "FSDP-engine fixes" in missing_verl_cpu[0]
     else:
         assert problems == missing_val
+
+
+_CPU_HOST_PROBLEMS = """
+from treetune_verl.preflight import collect_problems
+print(collect_problems({"data": {}}, accelerator=False, check_resources=True)[-1])
+"""
+
+
+@pytest.mark.parametrize("hide_verl_cpu", [True, False], ids=["verl_cpu_hidden", "control"])
+def test_a_host_without_accelerator_is_told_that_cpu_runs_need_verl_cpu(hide_verl_cpu):
+    run = _python("-c", _CPU_HOST_PROBLEMS, hide_verl_cpu=hide_verl_cpu)
+    assert run.returncode == 0, run.stderr[-3000:]
+    needs_verl_cpu = "verl-cpu is not installed; this run needs the CPU platform (this host has no accelerator)"
+    assert (needs_verl_cpu in run.stdout) == hide_verl_cpu, run.stdout  # the control gets verl-cpu's own checks
