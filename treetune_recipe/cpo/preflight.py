@@ -100,6 +100,57 @@ def check_method_support(config, cpo_config: CPOConfig) -> None:
             "sequence parallelism: set actor_rollout_ref.actor.strategy=fsdp2 and "
             "actor_rollout_ref.actor.ulysses_sequence_parallel_size=1."
         )
+    check_topk_size(config, cpo_config)
+
+
+#: Bytes the top-k tensors of one response token take per id: the id (int64) and the teacher's log-prob (float32).
+TOPK_BYTES_PER_ID = 12
+
+
+def check_topk_size(config, cpo_config: CPOConfig, host_memory_bytes: int | None = None) -> None:
+    """Refuse a top-k teacher pass whose tensors would not fit: the driver holds the teacher's ids and log-probs of
+    every response token of a step, ``rows x response width x k x 12`` bytes at most (k = 0: the model's whole
+    vocabulary), and ships them to the workers. More than a quarter of this host's memory stops the run here, with
+    the k that would fit."""
+    method, k = cpo_config.method, cpo_config.topk
+    ids = k or _vocabulary_size(config.actor_rollout_ref.model.path)
+    if ids is None:
+        return
+    rows = int(config.data.train_batch_size) * int(config.actor_rollout_ref.rollout.n)
+    width = int(config.data.max_response_length)
+    step_bytes = rows * width * ids * TOPK_BYTES_PER_ID
+    if host_memory_bytes is None:
+        import psutil
+
+        host_memory_bytes = psutil.virtual_memory().total
+    limit = host_memory_bytes // 4
+    if step_bytes <= limit:
+        return
+    fitting_k = limit // (rows * width * TOPK_BYTES_PER_ID)
+    knob = f"cpo.{method.name}.{method.topk}"
+    raise PreflightError(
+        f"cpo.wrap_method={method.name} keeps the teacher's top-k ids and log-probs of every response token: "
+        f"{rows} rows x {width} tokens x {ids} ids{' (' + knob + '=0: the whole vocabulary)' if not k else ''} x "
+        f"{TOPK_BYTES_PER_ID} bytes = {step_bytes / 1e9:.1f} GB per step, more than a quarter of this host's "
+        f"{host_memory_bytes / 1e9:.0f} GB. Set {knob}={fitting_k} or less, or lower data.train_batch_size, "
+        "actor_rollout_ref.rollout.n or data.max_response_length."
+        if fitting_k >= 1
+        else f"cpo.wrap_method={method.name} keeps {rows} rows x {width} tokens of top-k tensors, more than a quarter "
+        f"of this host's {host_memory_bytes / 1e9:.0f} GB even at {knob}=1: lower data.train_batch_size, "
+        "actor_rollout_ref.rollout.n or data.max_response_length."
+    )
+
+
+def _vocabulary_size(model_path: str | None) -> int | None:
+    """``vocab_size`` of a local Hugging Face model folder's ``config.json`` (None when it cannot be read here)."""
+    import json
+
+    path = os.path.join(os.path.expanduser(str(model_path or "")), "config.json")
+    try:
+        with open(path) as handle:
+            return int(json.load(handle)["vocab_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def check_teacher_worker(config, cpo_config: CPOConfig) -> None:

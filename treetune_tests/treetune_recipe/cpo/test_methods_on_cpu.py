@@ -170,6 +170,39 @@ def test_the_consumers_never_name_a_method(module):
     assert named == allowed, f"{module} names {named}"
 
 
+@pytest.mark.parametrize(
+    ("method", "top_k", "fits"),
+    # The 8B launch shape (1024 prompts x 8 responses x 16384 tokens, Qwen3's 151936 ids) on a 1 TB host.
+    [("opsd", 0, False), ("opsd", 50, True), ("sdpo", 100, True), ("sdpo", 2000, False)],
+)
+def test_top_k_tensors_too_large_for_the_host_stop_at_start_up_with_the_k_that_fits(tmp_path, method, top_k, fits):
+    from treetune_recipe.cpo.config import CPOConfig
+    from treetune_recipe.cpo.preflight import check_topk_size
+
+    (tmp_path / "config.json").write_text('{"vocab_size": 151936}')
+    config = compose_cpo(
+        f"cpo.wrap_method={method}",
+        f"cpo.{method}.top_k={top_k}",
+        f"actor_rollout_ref.model.path={tmp_path}",
+        "data.train_batch_size=1024",
+        "actor_rollout_ref.rollout.n=8",
+        "data.max_response_length=16384",
+    )
+    cpo_config = CPOConfig.from_config(config.cpo)
+    host = 10**12
+    if fits:  # 8192 x 16384 x k x 12 bytes: 80.5 GB at k = 50, 161.1 GB at k = 100, under a quarter of 1 TB
+        check_topk_size(config, cpo_config, host_memory_bytes=host)
+        return
+    with pytest.raises(PreflightError) as stopped:
+        check_topk_size(config, cpo_config, host_memory_bytes=host)
+    ids = top_k or 151936
+    gigabytes = 8192 * 16384 * ids * 12 / 1e9
+    message = str(stopped.value)
+    assert f"8192 rows x 16384 tokens x {ids} ids" in message and f"= {gigabytes:.1f} GB per step" in message
+    assert f"Set cpo.{method}.top_k=155 or less" in message  # 250 GB / (8192 x 16384 x 12 bytes) = 155.2
+    assert ("the whole vocabulary" in message) == (top_k == 0)
+
+
 def test_a_distribution_level_method_needs_the_logits_hook_of_verl_0_9():
     opsd = compose_cpo("cpo.wrap_method=opsd")
     if verl_is("0.7.1"):
