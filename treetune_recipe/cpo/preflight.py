@@ -128,16 +128,17 @@ def check_topk_size(config, cpo_config: CPOConfig, host_memory_bytes: int | None
         return
     fitting_k = limit // (rows * width * TOPK_BYTES_PER_ID)
     knob = f"cpo.{method.name}.{method.topk}"
+    lower = "data.train_batch_size, actor_rollout_ref.rollout.n or data.max_response_length"
+    fix = (
+        f"Set {knob}={fitting_k} or less, or lower {lower}."
+        if fitting_k >= 1
+        else f"Even {knob}=1 does not fit: lower {lower}."
+    )
     raise PreflightError(
         f"cpo.wrap_method={method.name} keeps the teacher's top-k ids and log-probs of every response token: "
         f"{rows} rows x {width} tokens x {ids} ids{' (' + knob + '=0: the whole vocabulary)' if not k else ''} x "
         f"{TOPK_BYTES_PER_ID} bytes = {step_bytes / 1e9:.1f} GB per step, more than a quarter of this host's "
-        f"{host_memory_bytes / 1e9:.0f} GB. Set {knob}={fitting_k} or less, or lower data.train_batch_size, "
-        "actor_rollout_ref.rollout.n or data.max_response_length."
-        if fitting_k >= 1
-        else f"cpo.wrap_method={method.name} keeps {rows} rows x {width} tokens of top-k tensors, more than a quarter "
-        f"of this host's {host_memory_bytes / 1e9:.0f} GB even at {knob}=1: lower data.train_batch_size, "
-        "actor_rollout_ref.rollout.n or data.max_response_length."
+        f"{host_memory_bytes / 1e9:.0f} GB. {fix}"
     )
 
 
