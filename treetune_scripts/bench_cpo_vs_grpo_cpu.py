@@ -31,11 +31,18 @@ row costs); ratio <= hint_token_ratio + 0.1 (the pass costs the tokens it scores
 plain one); and hinted-pass time needed/all <= hint_rows_frac + 0.1 (the selective pass costs its share of the
 full one).
 
+With ``--experiment REGIME`` the runs are instead the methods of the CPO-vs-GRPO experiment at its shape: its warm
+start (and, in the hard regime, its prompts), its task and held-out settings, seed 0, each method with its published
+run settings (``--runs`` then takes the experiment's method names, e.g. ``grpo,cpo:seq_kl,cpo:sdpo``), validation
+off. Every run also reports its peak resident memory: the highest sum over the training process and its Ray
+processes, sampled by the launcher (pages shared between processes count once per process), and its ratio to the
+first run's.
+
 Run folders go under ``--work-dir`` (default: a new temporary folder); they are deleted after a successful
 benchmark unless ``--keep``, and always kept when a run fails (the message names the log).
 
     python -m treetune_scripts.bench_cpo_vs_grpo_cpu [--steps 3] [--warmup 1] [--runs grpo,cpo_all,...] [--keep]
-        [hydra overrides ...]
+        [--experiment {default,hard}] [hydra overrides ...]
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ import tempfile
 from pathlib import Path
 
 from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
+from treetune_recipe.cpo.experiments import cpo_vs_grpo
 from treetune_verl.metrics_history import read_metrics
 from treetune_verl.tiny_assets import build_tiny_assets
 from treetune_verl.tiny_run import METRICS_FILE
@@ -85,6 +93,8 @@ NESTED_IN = {
     "timing_s/cpo_student_topk": "timing_s/update_actor",
 }
 HINT_RATIO_TARGET_MARGIN = 0.1
+#: Not a metric of verl's: the run's peak resident memory (:attr:`TrainingRun.peak_rss_bytes`) in GiB.
+PEAK_RSS_KEY = "peak_rss_gib"
 HINT_FRACTIONS = ("cpo/hint_rows_frac", "cpo/hint_token_ratio")
 
 
@@ -166,13 +176,20 @@ def format_table(stats: dict[str, dict[str, float]]) -> str:
 def format_summary(stats: dict[str, dict[str, float]]) -> str:
     """Per run: step time, hinted-pass ratio and the hint fractions; the target checks of ``cpo_needed``."""
     width = name_column_width(stats)
+    base = next(iter(stats.values()))
     lines = [
-        f"{'run':<{width}}{'step s':>10}{'gw_log_prob/old_log_prob':>28}{'hint_rows_frac':>18}{'hint_token_ratio':>18}"
+        f"{'run':<{width}}{'step s':>10}{'step/first':>12}{'peak RSS GiB':>14}{'peak/first':>12}"
+        f"{'gw_log_prob/old_log_prob':>28}{'hint_rows_frac':>18}{'hint_token_ratio':>18}"
     ]
     for name, run in stats.items():
+        step, peak = run.get("timing_s/step", 0.0), run.get(PEAK_RSS_KEY)
+        ratios = [_ratio(step, base.get("timing_s/step")), _ratio(peak, base.get(PEAK_RSS_KEY))]
         texts = [hint_pass_ratio(run), *(run.get(key) for key in HINT_FRACTIONS)]
         texts = [f"{value:.2f}" if value is not None else "-" for value in texts]
-        lines.append(f"{name:<{width}}{run.get('timing_s/step', 0.0):>10.3f}{texts[0]:>28}{texts[1]:>18}{texts[2]:>18}")
+        lines.append(
+            f"{name:<{width}}{step:>10.3f}{ratios[0]:>12}{'-' if peak is None else f'{peak:.2f}':>14}{ratios[1]:>12}"
+            f"{texts[0]:>28}{texts[1]:>18}{texts[2]:>18}"
+        )
     needed = stats.get("cpo_needed", {})
     ratio, frac, tokens = hint_pass_ratio(needed), needed.get("cpo/hint_rows_frac"), needed.get("cpo/hint_token_ratio")
     if ratio is None or frac is None:
@@ -193,21 +210,40 @@ def format_summary(stats: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-def run_once(name: str, steps: int, work_dir: Path, overrides: list[str]) -> dict[int, dict[str, float]]:
-    """Train ``steps`` steps of run ``name``; returns its metrics by step. SystemExit naming the kept log on failure."""
-    run_dir = work_dir / name
+def _ratio(value: float | None, base: float | None) -> str:
+    return f"{value / base:.2f}x" if value is not None and base else "-"
+
+
+def run_once(
+    name: str, steps: int, work_dir: Path, overrides: list[str], assets_dir: Path | None = None
+) -> tuple[dict[int, dict[str, float]], int]:
+    """Train ``steps`` steps of run ``name`` with ``overrides`` on ``assets_dir`` (default: the tiny assets); returns
+    its metrics by step and its peak resident bytes. SystemExit naming the kept log on failure."""
+    run_dir = work_dir / cpo_vs_grpo.run_name(name, 0).removesuffix("__seed0")
     run = launch_cpo_on_cpu(
-        [*COMMON_OVERRIDES, *RUNS[name], *overrides],
+        overrides,
         run_dir / "train.log",
-        assets_dir=build_tiny_assets(),
+        assets_dir=assets_dir or build_tiny_assets(),
         run_dir=run_dir,
         total_training_steps=steps,
-        experiment_name=name,
+        experiment_name=run_dir.name,
         timeout_s=1200,
     )
     if run.returncode != 0:
         raise SystemExit(f"{name} run failed (exit {run.returncode}); its folder is kept, log: {run.log_path}")
-    return read_metrics(run_dir / METRICS_FILE)
+    return read_metrics(run_dir / METRICS_FILE), run.peak_rss_bytes
+
+
+def experiment_runs(regime_name: str, runs: str | None, steps: int) -> tuple[Path, dict[str, list[str]]]:
+    """The warm start and each method's overrides at the CPO-vs-GRPO experiment's shape (seed 0, validation off)."""
+    methods = cpo_vs_grpo.parse_methods(runs or cpo_vs_grpo.REGIMES[regime_name].methods)
+    inputs = cpo_vs_grpo.prepare_regime(regime_name)
+    schedule = cpo_vs_grpo.Schedule(steps=steps, test_freq=-1, credit_steps=())
+    no_validation = ["trainer.val_before_train=false"]
+    return inputs.warm_dir, {
+        method: [*cpo_vs_grpo.run_overrides(Path(), method, 0, schedule, False), *inputs.overrides, *no_validation]
+        for method in methods
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -217,22 +253,39 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--work-dir", type=Path, default=None, help="folder for the runs (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the run folders after a successful benchmark")
     parser.add_argument(
-        "--runs", default=DEFAULT_RUNS, help=f"comma-separated names from {list(RUNS)}; the first is the baseline"
+        "--runs",
+        default=None,
+        help=f"comma-separated names from {list(RUNS)} (default {DEFAULT_RUNS}), or with --experiment the "
+        "experiment's method names (default: the regime's methods); the first is the baseline",
     )
+    parser.add_argument(
+        "--experiment", choices=sorted(cpo_vs_grpo.REGIMES), default=None,
+        help="run the CPO-vs-GRPO experiment's methods at its shape, in this regime",
+    )  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run")
     args = parser.parse_args(argv)
-    names = [name.strip() for name in args.runs.split(",") if name.strip()]
-    unknown = sorted(set(names) - set(RUNS))
-    if unknown or not names:
-        parser.error(f"--runs: unknown {unknown or 'empty'}; choose from {list(RUNS)}")
+    steps = args.warmup + args.steps
+    if args.experiment:
+        try:
+            assets_dir, runs = experiment_runs(args.experiment, args.runs, steps)
+        except cpo_vs_grpo.ExperimentError as error:
+            parser.error(str(error))
+        shape = f"the {args.experiment} experiment's shape"
+    else:
+        names = [name.strip() for name in (args.runs or DEFAULT_RUNS).split(",") if name.strip()]
+        unknown = sorted(set(names) - set(RUNS))
+        if unknown or not names:
+            parser.error(f"--runs: unknown {unknown or 'empty'}; choose from {list(RUNS)}")
+        assets_dir, runs = None, {name: [*COMMON_OVERRIDES, *RUNS[name]] for name in names}
+        shape = f"the tiny config; overrides: {' '.join(COMMON_OVERRIDES)}"
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="bench_cpo_"))
     work_dir.mkdir(parents=True, exist_ok=True)
-    stats = {
-        name: summarize_steps(run_once(name, args.warmup + args.steps, work_dir, args.overrides), args.warmup)
-        for name in names
-    }
-    print(f"{', '.join(names)} on the CPU backend, {args.steps} steps after {args.warmup} "
-          f"warm-up step(s); overrides: {' '.join(COMMON_OVERRIDES + args.overrides)}")  # fmt: skip
+    stats = {}
+    for name, overrides in runs.items():
+        metrics, peak_rss = run_once(name, steps, work_dir, [*overrides, *args.overrides], assets_dir)
+        stats[name] = {**summarize_steps(metrics, args.warmup), PEAK_RSS_KEY: peak_rss / 2**30}
+    print(f"{', '.join(stats)} on the CPU backend at {shape}, {args.steps} steps after {args.warmup} warm-up "
+          f"step(s); overrides for every run: {' '.join(args.overrides) or 'none'}")  # fmt: skip
     print(format_table(stats))
     print(format_summary(stats))
     if args.keep or args.work_dir is not None:

@@ -11,7 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The GRPO / CPO-all / CPO-needed step benchmark: averaging, the nested table, the target line, failed runs."""
+"""The GRPO / CPO-all / CPO-needed step benchmark: averaging, the nested table, the target line, failed runs, and the
+experiment-shape runs with their peak memory."""
 
 import re
 from pathlib import Path
@@ -76,9 +77,9 @@ def test_table_nests_the_hint_parts_under_update_actor_with_the_remainder():
 
 def test_summary_reports_ratio_fractions_and_the_targets():
     summary = bench.format_summary({"grpo": GRPO, "cpo_all": CPO_ALL, "cpo_needed": CPO_NEEDED})
-    assert re.search(r"cpo_all\s+5\.200\s+1\.12\s+1\.00\s+2\.00", summary)
-    assert re.search(r"cpo_needed\s+5\.200\s+0\.50\s+0\.50\s+1\.00", summary)
-    assert re.search(r"grpo\s+4\.000\s+-\s+-\s+-", summary)
+    assert re.search(r"cpo_all\s+5\.200\s+1\.30x\s+-\s+-\s+1\.12\s+1\.00\s+2\.00", summary)
+    assert re.search(r"cpo_needed\s+5\.200\s+1\.30x\s+-\s+-\s+0\.50\s+0\.50\s+1\.00", summary)
+    assert re.search(r"grpo\s+4\.000\s+1\.00x\s+-\s+-\s+-\s+-\s+-", summary)
     lines = summary.splitlines()
     assert lines[-3].endswith("gw_log_prob/old_log_prob 0.50 <= hint_rows_frac 0.50 + 0.1: met")
     assert lines[-2].endswith("gw_log_prob/old_log_prob 0.50 <= hint_token_ratio 1.00 + 0.1: met")
@@ -116,9 +117,9 @@ def test_runs_selects_the_teacher_runs_in_order_and_refuses_an_unknown_one(monke
     monkeypatch.setattr(bench, "build_tiny_assets", lambda: tmp_path / "assets")
     launched = []
 
-    def fake_run(name, steps, work_dir, overrides):
-        launched.append([*bench.RUNS[name], *overrides])
-        return {step: CPO_NEEDED for step in range(1, steps + 1)}
+    def fake_run(name, steps, work_dir, overrides, assets_dir):
+        launched.append(overrides)
+        return {step: CPO_NEEDED for step in range(1, steps + 1)}, 2**30
 
     monkeypatch.setattr(bench, "run_once", fake_run)
     bench.main(["--runs", "cpo_initial,cpo_refreshed", "--work-dir", str(tmp_path / "work")])
@@ -130,3 +131,53 @@ def test_runs_selects_the_teacher_runs_in_order_and_refuses_an_unknown_one(monke
     with pytest.raises(SystemExit):
         bench.main(["--runs", "grpo,cpo_fixed"])
     assert launched == [] and "unknown ['cpo_fixed']" in capsys.readouterr().err
+
+
+def test_summary_gives_each_runs_step_time_and_peak_memory_relative_to_the_first_run():
+    summary = bench.format_summary(
+        {"grpo": {**GRPO, bench.PEAK_RSS_KEY: 4.0}, "cpo:sdpo": {**CPO_ALL, bench.PEAK_RSS_KEY: 5.0}}
+    )
+    assert re.search(r"grpo\s+4\.000\s+1\.00x\s+4\.00\s+1\.00x", summary)
+    assert re.search(r"cpo:sdpo\s+5\.200\s+1\.30x\s+5\.00\s+1\.25x\s+1\.12", summary)
+    # A run without a measured peak (an older metrics file) shows dashes, not a ratio of nothing.
+    assert re.search(r"cpo:sdpo\s+5\.200\s+1\.30x\s+-\s+-", bench.format_summary({"grpo": GRPO, "cpo:sdpo": CPO_ALL}))
+
+
+def test_experiment_shape_runs_the_regimes_methods_on_its_warm_start_and_prompts_without_validation(
+    monkeypatch, tmp_path, capsys
+):
+    from treetune_recipe.cpo.experiments import cpo_vs_grpo
+
+    warm = tmp_path / "warm"
+    data = ["data.train_files=/hard/train.parquet", "data.val_files=/hard/val.parquet"]
+    monkeypatch.setattr(
+        cpo_vs_grpo,
+        "prepare_regime",
+        lambda name: cpo_vs_grpo.RegimeInputs(cpo_vs_grpo.REGIMES[name], warm, {}, data, "", {}),
+    )
+    launched = {}
+
+    def fake_run(name, steps, work_dir, overrides, assets_dir):
+        launched[name] = (steps, overrides, assets_dir)
+        return {step: GRPO for step in range(1, steps + 1)}, (3 if name == "grpo" else 6) * 2**30
+
+    monkeypatch.setattr(bench, "run_once", fake_run)
+    bench.main(["--experiment", "hard", "--steps", "2", "--work-dir", str(tmp_path / "work"), "trainer.seed=7"])
+    assert list(launched) == cpo_vs_grpo.parse_methods(cpo_vs_grpo.HARD_METHODS)
+    for method, (steps, overrides, assets_dir) in launched.items():
+        assert steps == 3 and assets_dir == warm
+        assert overrides[-1] == "trainer.seed=7"  # the user's overrides win
+        assert set(data) <= set(overrides) and "trainer.val_before_train=false" in overrides
+        assert "trainer.test_freq=-1" in overrides
+        assert not any("compute_score_half_correct" in o for o in overrides)  # the task's own reward
+        assert overrides[: -len(data) - 2] == cpo_vs_grpo.run_overrides(
+            tmp_path, method, 0, cpo_vs_grpo.Schedule(3, -1, ()), False
+        )
+    assert "cpo.wrap_method=sdpo" in launched["cpo:sdpo"][1]
+    out = capsys.readouterr().out
+    assert "at the hard experiment's shape, 2 steps after 1 warm-up" in out
+    assert re.search(r"cpo:sdpo\s+4\.000\s+1\.00x\s+6\.00\s+2\.00x", out)
+
+    with pytest.raises(SystemExit):
+        bench.main(["--experiment", "hard", "--runs", "grpo,cpo:nonesuch"])
+    assert "unknown method 'cpo:nonesuch'" in capsys.readouterr().err

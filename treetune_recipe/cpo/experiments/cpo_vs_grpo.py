@@ -365,29 +365,56 @@ def plan_experiment(
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class RegimeInputs:
+    """What every run of a regime trains on: the warm start, and the regime's data overrides (the hard prompts)."""
+
+    regime: Regime
+    warm_dir: Path
+    warm_info: dict
+    overrides: list[str]
+    note: str = ""
+    hard_prompts_info: dict | None = None
+
+    def check_gate(self) -> None:
+        """:class:`WarmStartGateError` when the warm start misses its regime (mixed groups, or mostly-wrong hard
+        prompts that the hint helps)."""
+        if self.hard_prompts_info is not None:
+            hard_prompts.check_hard_regime(self.hard_prompts_info)
+        else:
+            check_mixed_groups(self.warm_info)
+
+
+def prepare_regime(regime_name: str, *, quick: bool = False) -> RegimeInputs:
+    """Build (or find cached) the regime's warm start and, for the hard regime, its prompts (``--quick`` trains on
+    the task's prompts in either regime)."""
+    regime = REGIMES[regime_name]
+    print(f"[experiment] warm start ({regime_name} regime) ...", flush=True)
+    warm_dir = build_warm_start(regime.warm_start)
+    info = read_build_info(warm_dir)
+    print(f"[experiment] {describe_warm_start(info)}", flush=True)
+    if not regime.hard_prompts or quick:
+        return RegimeInputs(regime, warm_dir, info, [])
+    print("[experiment] hard prompts (sampled once per warm start) ...", flush=True)
+    selected = hard_prompts.select_hard_prompts(warm_dir)
+    note = hard_prompts.describe(selected.info)
+    print(f"[experiment] {note}", flush=True)
+    data = [f"data.train_files={selected.train}", f"data.val_files={selected.val}"]
+    return RegimeInputs(regime, warm_dir, info, data, note, selected.info)
+
+
 def run_experiment(experiment: Experiment) -> int:
     """Build the warm start (and the hard prompts), check the regime's gate, run every (method, seed) not finished
     earlier, then write ``results.csv``, ``summary.md``, ``curves.png`` and ``credit_report.html``. Returns the exit
     code: 0, 1 when a run failed, 3 when the warm start misses its regime."""
     started = time.monotonic()
-    output_dir, schedule, regime = experiment.output_dir, experiment.schedule, experiment.regime
-    print(f"[experiment] warm start ({experiment.regime_name} regime) ...", flush=True)
-    warm_dir = build_warm_start(regime.warm_start)
-    info = read_build_info(warm_dir)
-    print(f"[experiment] {describe_warm_start(info)}", flush=True)
-    regime_note, overrides = "", list(experiment.overrides)
-    if regime.hard_prompts and not experiment.quick:
-        print("[experiment] hard prompts (sampled once per warm start) ...", flush=True)
-        selected = hard_prompts.select_hard_prompts(warm_dir)
-        regime_note = hard_prompts.describe(selected.info)
-        print(f"[experiment] {regime_note}", flush=True)
-        overrides = [f"data.train_files={selected.train}", f"data.val_files={selected.val}", *overrides]
+    output_dir, schedule = experiment.output_dir, experiment.schedule
+    inputs = prepare_regime(experiment.regime_name, quick=experiment.quick)
+    warm_dir, info, regime_note = inputs.warm_dir, inputs.warm_info, inputs.note
+    overrides = [*inputs.overrides, *experiment.overrides]
     if not (experiment.quick or experiment.skip_gate):
         try:
-            if regime.hard_prompts:
-                hard_prompts.check_hard_regime(selected.info)
-            else:
-                check_mixed_groups(info)
+            inputs.check_gate()
         except WarmStartGateError as error:
             print(f"[experiment] stopping before RL: {error}", file=sys.stderr)
             return 3
