@@ -72,6 +72,7 @@ HELD_OUT_OVERRIDES = [
 RESULT_COLUMNS = [
     "method", "seed", "step", "val_acc", "train_reward", "step_time_s", "cpo_adv_shift", "hint_logratio",
     "all_wrong_frac", "kl", "drift", "response_length", "entropy", "gw_minus_old", "context_token_frac",
+    "rollout_kl", "rollout_probs_diff",
 ]  # fmt: skip
 #: ``results.csv`` columns read from verl's metrics under a fixed name (``val_acc``'s name depends on the runs'
 #: :func:`validation_samples`).
@@ -88,6 +89,9 @@ _METRIC_COLUMNS = {
     "gw_minus_old": "cpo/gw_minus_old_mean",
     # Share of response tokens whose row has a teacher context (SDPO: a successful sibling; the others log 1 or nothing)
     "context_token_frac": "cpo/context_token_frac",
+    # Rollout vs trainer on the same tokens (a run whose two disagree is broken, whatever its accuracy shows)
+    "rollout_kl": "rollout_corr/kl",
+    "rollout_probs_diff": "training/rollout_probs_diff_mean",
 }
 
 

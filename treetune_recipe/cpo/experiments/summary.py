@@ -109,6 +109,9 @@ def summarize(rows: list[dict]) -> dict:
     - context token share (``context_token_frac``: the share of a step's response tokens whose row has a teacher
       context; SDPO masks rows without a successful sibling): per seed the mean over steps; mean ± sample std over
       seeds (None where no run logged it);
+    - rollout agreement: the largest ``|rollout_kl|`` (``rollout_corr/kl``, the k1 estimate of KL between the
+      rollout's and the trainer's log-probs of the sampled tokens) and ``rollout_probs_diff`` (the mean
+      ``|p_rollout − p_trainer|``) over every step of every seed (None where no run logged them);
     - drift, response length, entropy, g − o: ``drift`` (mean ``old − ref`` log-ratio over response tokens,
       unclamped), ``response_length``, ``entropy``, ``gw_minus_old`` at each seed's last step that logged them; mean
       ± sample std over seeds (None where no run logged them).
@@ -139,6 +142,10 @@ def summarize(rows: list[dict]) -> dict:
         final_kl = [run[-1].get("kl") for run in runs if run and run[-1].get("kl") is not None]
         context = [[r["context_token_frac"] for r in run if r.get("context_token_frac") is not None] for run in runs]
         context = [statistics.fmean(values) for values in context if values]
+        disagreement = [
+            [abs(r[column]) for run in runs for r in run if r.get(column) is not None]
+            for column in ("rollout_kl", "rollout_probs_diff")
+        ]
         last_logged = {
             column: [next((r[column] for r in reversed(run) if r.get(column) is not None), None) for run in runs]
             for column in ("drift", "response_length", "entropy", "gw_minus_old")
@@ -155,6 +162,7 @@ def summarize(rows: list[dict]) -> dict:
             "all_wrong_mean": statistics.fmean(statistics.fmean(v) for v in all_wrong) if all_wrong else None,
             "final_kl": (min(final_kl), max(final_kl)) if final_kl else None,
             "context_share": _mean_std(context) if context else None,
+            "rollout_agreement": tuple(max(values) for values in disagreement) if all(disagreement) else None,
             "final_by_seed": {s: curves[(m, s)][-1][1] for s in seeds[m] if (m, s) in curves},
             "auc_by_seed": {s: normalised_auc(curves[(m, s)]) for s in seeds[m] if (m, s) in curves},
             **{
@@ -194,8 +202,9 @@ def summary_table(stats: dict) -> str:
         "| method | seeds | first val acc | final val acc | final − grpo (paired, 95 % CI) | val acc AUC "
         f"| AUC − grpo (paired, 95 % CI) | steps to val acc ≥ {threshold:.4f} | all-wrong share: step 1 / mean "
         "| drift old − ref (unclamped) | actor/kl_loss (clamped) | response length | entropy | g − o "
-        "| context token share | step time (s) | step-time ratio vs grpo |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| context token share | rollout vs trainer: max abs kl / probs diff | step time (s) "
+        "| step-time ratio vs grpo |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for method, s in stats["methods"].items():
         to_threshold = (
@@ -209,13 +218,14 @@ def summary_table(stats: dict) -> str:
         last = [_pm(s[f"last_{c}"]) if s.get(f"last_{c}") else "-" for c in ("drift", "response_length", "entropy")]
         g_minus_o = _pm(s["last_gw_minus_old"]) if s.get("last_gw_minus_old") else "-"
         context = _pm(s["context_share"]) if s.get("context_share") else "-"
+        agreement = "{:.4f} / {:.4f}".format(*s["rollout_agreement"]) if s.get("rollout_agreement") else "-"
         paired = {
             key: "baseline" if method == BASELINE_METHOD else _paired(s[f"{key}_vs_grpo"]) for key in ("final", "auc")
         }
         lines.append(
             f"| {method} | {s['seeds']} | {_pm(s['first'])} | {_pm(s['final'])} | {paired['final']} "
             f"| {_pm(s['auc'])} | {paired['auc']} | {to_threshold} | {all_wrong} | {last[0]} | {kl} "
-            f"| {last[1]} | {last[2]} | {g_minus_o} | {context} | {s['step_time_s']:.3f} | {ratio} |"
+            f"| {last[1]} | {last[2]} | {g_minus_o} | {context} | {agreement} | {s['step_time_s']:.3f} | {ratio} |"
         )
     return "\n".join(lines)
 
@@ -274,7 +284,8 @@ def write_summary(
         "last step, min-max over seeds (clamped at 10 per token: it saturates); response length, entropy "
         "(`actor/entropy`) and g − o (`cpo/gw_minus_old_mean`) at the last step; context token share = share of a "
         "step's response tokens whose row has a teacher context (`cpo/context_token_frac`; SDPO masks the rows "
-        "without a successful sibling), mean over steps per seed, mean ± std over seeds; "
+        "without a successful sibling), mean over steps per seed, mean ± std over seeds; rollout vs trainer = the "
+        "largest |`rollout_corr/kl`| and `training/rollout_probs_diff_mean` over every step of every seed; "
         "step time = mean `step_time_s` of steps >= 2 per seed, averaged over seeds.\n"
     )
     Path(summary_md).write_text(text)

@@ -81,6 +81,23 @@ def test_summary_numbers_by_hand(tmp_path):
     assert "| 0.7500 ± 0.2121 |" in summary.summary_table(stats)
 
 
+def test_rollout_agreement_is_the_largest_disagreement_over_every_step_of_every_seed(tmp_path):
+    rows = [{"method": "grpo", "seed": seed, "step": 0, "val_acc": 0.1} for seed in (0, 1)]
+    rows += [
+        {"method": "grpo", "seed": 0, "step": 1, "rollout_kl": -0.004, "rollout_probs_diff": 0.002},
+        {"method": "grpo", "seed": 1, "step": 1, "rollout_kl": 0.001, "rollout_probs_diff": 0.005},
+        {"method": "grpo", "seed": 1, "step": 2, "rollout_kl": 0.003, "rollout_probs_diff": 0.001, "val_acc": 0.2},
+        {"method": "cpo:seq_kl", "seed": 0, "step": 0, "val_acc": 0.1},
+        {"method": "cpo:seq_kl", "seed": 0, "step": 2, "val_acc": 0.2},
+    ]
+    _write_csv(tmp_path / "results.csv", rows)
+    stats = summary.summarize(summary.read_results(tmp_path / "results.csv"))
+    # A negative k1 estimate counts by its size: -0.004 is the largest disagreement, not 0.003.
+    assert stats["methods"]["grpo"]["rollout_agreement"] == pytest.approx((0.004, 0.005))
+    assert stats["methods"]["cpo:seq_kl"]["rollout_agreement"] is None  # not logged: "-"
+    assert "| 0.0040 / 0.0050 |" in summary.summary_table(stats)
+
+
 @pytest.mark.parametrize(
     ("seeds", "published_t"),
     # Two-sided 95 % quantiles of Student's t from printed tables: df = 2, 4 and 12 (beyond the old hand table's 10).
