@@ -1,0 +1,268 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Does SDPO's teacher pull the student towards ending early? A probe of the warm start, before any update.
+
+The student samples responses at temperature 1 (as the rollouts), graded by the task's reward. SDPO's teacher batch
+is built by the trainer's call (``RayCPOTrainer._distribution_teacher_pass``: ``teacher_context.build_teacher_batch``,
+the lengths of :mod:`treetune_recipe.cpo.experiments.task`). Its rows with a context (SDPO's loss rows) are measured
+with three context texts in the recipe's wrapper (``sibling_context.sibling_teacher_message``): ``sibling`` (the
+recipe's batch as built), ``gold`` (the problem's worked solution) and ``empty`` (an empty text). Per prompt kind (the
+student's plain prompt, then each teacher variant): (a) the probability of ending early, p(first token of
+`` \\boxed``) + p(end of turn), at the student's intermediate step boundaries (the token after its k-th step-ending
+``.``, k < the problem's number of operations); (b) responses the prompt samples itself (the student's own rollouts;
+for a teacher, as many from one teacher prompt per group): mean length in tokens, ``=`` steps and accuracy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn.utils.rnn import pad_sequence
+from verl import DataProto
+
+from treetune_recipe.cpo.cpo_hint import HintConfig, left_pad, reprompted_batch
+from treetune_recipe.cpo.cpo_terms import DEFAULT_SUCCESS_VALUE, succeeded
+from treetune_recipe.cpo.experiments.task import HINT_OVERRIDES, TASK_RL_OVERRIDES
+from treetune_recipe.cpo.sibling_context import sibling_teacher_message
+from treetune_recipe.cpo.teacher_context import build_teacher_batch
+from treetune_verl.utils.reward_score.tiny_arith import compute_binary_score
+
+VARIANTS = ("sibling", "gold", "empty")
+DEFAULT_PROMPTS = 64
+DEFAULT_SAMPLES = 8
+
+
+def _override(overrides: Sequence[str], key: str) -> int:
+    return int(next(item.split("=", 1)[1] for item in overrides if item.startswith(f"{key}=")))
+
+
+#: The experiment's lengths: data.max_prompt_length, data.max_response_length (new tokens of every sample) and the
+#: teacher prompt's width limit (cpo.hint.max_prompt_length).
+MAX_PROMPT_LENGTH = _override(TASK_RL_OVERRIDES, "data.max_prompt_length")
+MAX_NEW_TOKENS = _override(TASK_RL_OVERRIDES, "data.max_response_length")
+TEACHER_MAX_PROMPT_LENGTH = _override(HINT_OVERRIDES, "cpo.hint.max_prompt_length")
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptStats:
+    """One prompt kind: mean p(end early) at the student's intermediate step boundaries (all; those after step ops-1,
+    i.e. before the last step), and its own samples' mean length (tokens), ``=`` count and accuracy."""
+
+    name: str
+    early_end: float
+    early_end_last: float
+    length: float
+    steps: float
+    accuracy: float
+
+    def table_row(self) -> str:
+        numbers = zip((self.early_end, self.early_end_last, self.length, self.steps, self.accuracy), (3, 3, 1, 2, 3))
+        return f"| {self.name} | " + " | ".join(f"{value:.{digits}f}" for value, digits in numbers) + " |"
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeResult:
+    """The probe of :func:`run_probe`: the student's plain prompt first, then one row per context variant."""
+
+    prompts: int
+    samples: int
+    seed: int
+    context_rows: int
+    context_groups: int
+    boundaries: int
+    rows: tuple[PromptStats, ...]
+
+    def format_table(self) -> str:
+        head = (
+            f"{self.prompts} prompts x {self.samples} samples (seed {self.seed}): {self.context_rows} rows with an "
+            f"SDPO context in {self.context_groups} groups, {self.boundaries} intermediate step boundaries\n\n"
+            "| prompt | p(end early) after a step | after step ops-1 | sampled length | `=` steps | accuracy |\n"
+            "|---|---|---|---|---|---|\n"
+        )
+        return head + "\n".join(stats.table_row() for stats in self.rows)
+
+
+def step_boundaries(response: Sequence[int], step_end_id: int, ops: int) -> list[int]:
+    """Positions in ``response`` right after each of its first ``ops - 1`` step ends (``step_end_id``): the token that
+    follows an intermediate step, where the student goes on and an early stop would skip the remaining steps."""
+    ends = [t + 1 for t, token in enumerate(response) if token == step_end_id][: max(ops - 1, 0)]
+    return [t for t in ends if t < len(response)]
+
+
+def early_end_ids(tokenizer) -> tuple[int, int]:
+    """(first token of `` \\boxed``, end of turn): the two ways a response stops stepping."""
+    return tokenizer(" \\boxed", add_special_tokens=False)["input_ids"][0], tokenizer.eos_token_id
+
+
+def pack_batch(tokenizer, prompts: Sequence[list[int]], responses: Sequence[list[int]], raw_prompts, uids) -> DataProto:
+    """The rollout batch's layout: left-padded prompts, right-padded responses (``response_mask`` through the end of
+    turn), positions 0.. from each prompt's first token; ``uid`` and ``raw_prompt`` as verl's dataset keeps them."""
+    pad = tokenizer.pad_token_id
+    prompt_ids, prompt_len = left_pad(prompts, max(map(len, prompts)), pad)
+    width = max(map(len, responses))
+    response_ids = pad_sequence([torch.tensor(r) for r in responses], batch_first=True, padding_value=pad)
+    response_mask = pad_sequence([torch.ones(len(r), dtype=torch.long) for r in responses], batch_first=True)
+    prompt_mask = (torch.arange(prompt_ids.shape[1]) >= prompt_ids.shape[1] - prompt_len[:, None]).long()
+    position_ids = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+    tensors = {
+        "prompts": prompt_ids,
+        "responses": response_ids,
+        "response_mask": response_mask,
+        "input_ids": torch.cat([prompt_ids, response_ids], 1),
+        "attention_mask": torch.cat([prompt_mask, response_mask], 1),
+        "position_ids": torch.cat([position_ids, prompt_len[:, None] + torch.arange(width)], 1),
+    }
+    raw = np.empty(len(raw_prompts), dtype=object)
+    for row, messages in enumerate(raw_prompts):
+        raw[row] = list(messages)
+    return DataProto.from_dict(tensors=tensors, non_tensors={"uid": np.array(uids, dtype=object), "raw_prompt": raw})
+
+
+def chat_ids(tokenizer, messages) -> list[int]:
+    """The chat template's prompt ids of ``messages`` (generation prompt on, no template kwargs), as verl's dataset."""
+    ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+    return list(ids["input_ids"] if isinstance(ids, Mapping) else ids)
+
+
+def wrapped_teacher_batch(batch: DataProto, texts: Sequence[str | None], tokenizer, max_prompt_length: int):
+    """``batch`` with row i's prompt holding ``texts[i]`` in SDPO's wrapper (its chat, the last message through
+    ``sibling_teacher_message``), as ``teacher_context.build_sibling_batch`` holds a sibling's text. A row whose text is
+    None or whose prompt would exceed ``max_prompt_length`` keeps its own prompt. Returns ``(batch, has_context)``."""
+    rows, has_context = [], torch.zeros(len(batch), dtype=torch.bool)
+    for row, text in enumerate(texts):
+        messages = [dict(message) for message in batch.non_tensor_batch["raw_prompt"][row]]
+        messages[-1]["content"] = sibling_teacher_message(str(messages[-1]["content"]), text or "")
+        ids = chat_ids(tokenizer, messages)
+        has_context[row] = text is not None and len(ids) <= max_prompt_length
+        rows.append(ids if has_context[row] else prompt_of(batch, row))
+    prompts, lengths = left_pad(rows, max(map(len, rows)), tokenizer.pad_token_id)
+    return reprompted_batch(batch, prompts, lengths), has_context
+
+
+@torch.no_grad()
+def mass_at(model, batch: DataProto, spots: Sequence[tuple[int, int]], token_ids: Sequence[int]) -> torch.Tensor:
+    """``[len(spots)]``: at each ``(row, t)``, the probability (softmax over the whole output layer, as verl's log-prob
+    pass) of ``token_ids`` as response token t of ``row``, given its prompt and response tokens before t."""
+    rows = sorted({row for row, _ in spots})
+    sub, width = batch[rows], batch.batch["prompts"].shape[1]
+    inputs = {key: sub.batch[key] for key in ("input_ids", "attention_mask", "position_ids")}
+    logits = torch.cat([model(**{k: v[i : i + 64] for k, v in inputs.items()}).logits for i in range(0, len(sub), 64)])
+    index = torch.tensor([[rows.index(row), width - 1 + t] for row, t in spots], dtype=torch.long).reshape(-1, 2)
+    return torch.softmax(logits[index[:, 0], index[:, 1]].float(), -1)[:, list(token_ids)].sum(-1)
+
+
+def prompt_of(batch: DataProto, row: int) -> list[int]:
+    """Row ``row``'s prompt ids, padding dropped."""
+    width = batch.batch["prompts"].shape[1]
+    return batch.batch["prompts"][row][batch.batch["attention_mask"][row, :width].bool()].tolist()
+
+
+@torch.no_grad()
+def sample(model, tokenizer, prompts: Sequence[list[int]], n: int, seed: int, chunk: int = 32) -> list[list[list[int]]]:
+    """``n`` responses per prompt at temperature 1 (torch seeded with ``seed``; top-k off; padding rows of the output
+    layer suppressed), each through its first end of turn or :data:`MAX_NEW_TOKENS` tokens."""
+    torch.manual_seed(seed)
+    eos, padding_rows = tokenizer.eos_token_id, list(range(len(tokenizer), model.config.vocab_size))
+    kwargs = dict(do_sample=True, temperature=1.0, top_k=0, num_return_sequences=n, max_new_tokens=MAX_NEW_TOKENS)
+    kwargs.update(eos_token_id=eos, pad_token_id=tokenizer.pad_token_id, suppress_tokens=padding_rows or None)
+    groups = []
+    for start in range(0, len(prompts), chunk):
+        part = prompts[start : start + chunk]
+        ids, lengths = left_pad(part, max(map(len, part)), tokenizer.pad_token_id)
+        mask = (torch.arange(ids.shape[1]) >= ids.shape[1] - lengths[:, None]).long()
+        out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)[:, ids.shape[1] :]
+        responses = [r[: r.index(eos) + 1] if eos in r else r for r in out.tolist()]
+        groups += [responses[k * n : (k + 1) * n] for k in range(len(lengths))]
+    return groups
+
+
+def _sample_stats(name: str, early_end: tuple[float, float], tokenizer, groups, answers) -> PromptStats:
+    texts = [(tokenizer.decode(r, skip_special_tokens=True), len(r), a) for g, a in zip(groups, answers) for r in g]
+    values = np.array([(n, t.count("="), _score(t, a)["acc"]) for t, n, a in texts], dtype=float).reshape(-1, 3)
+    return PromptStats(name, *early_end, *map(float, values.mean(0) if len(values) else [float("nan")] * 3))
+
+
+def _score(text: str, answer: str) -> dict:
+    return compute_binary_score("tiny_arith", text, answer)  # the task's reward (TASK_RL_OVERRIDES)
+
+
+def run_probe(
+    warm_dir: Path | None = None,
+    prompts_parquet: Path | None = None,
+    n_prompts: int = DEFAULT_PROMPTS,
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = 0,
+) -> ProbeResult:
+    """The probe on the first ``n_prompts`` rows of ``prompts_parquet`` (default: the hard regime's training prompts of
+    ``warm_dir``, default :data:`DEFAULT_WARM_START`'s warm start)."""
+    import pandas as pd
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import treetune_recipe.cpo.method_registry  # noqa: F401  (registers SDPO)
+    from treetune_recipe.cpo.experiments.hard_prompts import select_hard_prompts
+    from treetune_recipe.cpo.experiments.warm_start import DEFAULT_WARM_START, build_warm_start
+    from treetune_recipe.cpo.methods import registered_method
+
+    warm_dir = Path(warm_dir) if warm_dir is not None else Path(build_warm_start(DEFAULT_WARM_START))
+    rows = pd.read_parquet(prompts_parquet or select_hard_prompts(warm_dir).train).head(n_prompts)
+    tokenizer = AutoTokenizer.from_pretrained(warm_dir / "model")
+    model = AutoModelForCausalLM.from_pretrained(warm_dir / "model", dtype=torch.float32).eval()
+    raw = [[dict(message) for message in prompt] for prompt in rows["prompt"]]
+    answers = [str(reward["ground_truth"]) for reward in rows["reward_model"]]
+    solutions = [str(info["solution"]) for info in rows["extra_info"]]
+    plain = [chat_ids(tokenizer, messages) for messages in raw]
+    groups = sample(model, tokenizer, plain, samples, seed)
+
+    group_of = [g for g in range(len(raw)) for _ in range(samples)]
+    responses = [r for group in groups for r in group]
+    batch = pack_batch(tokenizer, [plain[g] for g in group_of], responses, [raw[g] for g in group_of], group_of)
+    texts = [tokenizer.decode(r, skip_special_tokens=True) for r in responses]
+    rewards = torch.tensor([_score(t, answers[g])["score"] for t, g in zip(texts, group_of)])
+    method = registered_method("sdpo")
+    hint_config = HintConfig.from_config({"max_prompt_length": TEACHER_MAX_PROMPT_LENGTH}).resolve(MAX_PROMPT_LENGTH)
+    recipe_batch, has_context, _ = build_teacher_batch(  # the trainer's call (_distribution_teacher_pass)
+        method, method.knobs(), batch, success=succeeded(rewards, DEFAULT_SUCCESS_VALUE), tokenizer=tokenizer,
+        hint_config=hint_config, chat_template_kwargs=None,
+    )  # fmt: skip
+    teacher = {"sibling": recipe_batch}
+    for name, text_of in (("gold", lambda g: solutions[g]), ("empty", lambda g: "")):
+        texts_v = [text_of(g) if has_context[b] else None for b, g in enumerate(group_of)]
+        teacher[name], fits = wrapped_teacher_batch(batch, texts_v, tokenizer, TEACHER_MAX_PROMPT_LENGTH)
+        has_context &= fits
+
+    dot = tokenizer(".", add_special_tokens=False)["input_ids"]
+    assert len(dot) == 1, f"'.' is not one token: {dot}"
+    ops = [solution.count("=") for solution in solutions]
+    measured = [b for b in range(len(batch)) if has_context[b]]
+    found = {b: step_boundaries(responses[b], dot[0], ops[group_of[b]]) for b in measured}
+    spots = [(b, t) for b in measured for t in found[b]]
+    last = torch.tensor([k == ops[group_of[b]] - 2 for b in measured for k in range(len(found[b]))], dtype=torch.bool)
+    groups_in = sorted({group_of[b] for b in measured})
+    first_rows = [min(b for b in measured if group_of[b] == g) for g in groups_in]
+    answers_in = [answers[g] for g in groups_in]
+
+    def early_end(probe_batch: DataProto) -> tuple[float, float]:
+        mass = mass_at(model, probe_batch, spots, early_end_ids(tokenizer)) if spots else torch.zeros(0)
+        return mass.mean().item(), mass[last].mean().item()  # nan when empty
+
+    stats = [_sample_stats("plain (student)", early_end(batch), tokenizer, [groups[g] for g in groups_in], answers_in)]
+    for name in VARIANTS:
+        prompts = [prompt_of(teacher[name], b) for b in first_rows]
+        own_samples = sample(model, tokenizer, prompts, samples, seed) if prompts else []
+        stats.append(_sample_stats(name, early_end(teacher[name]), tokenizer, own_samples, answers_in))
+    return ProbeResult(len(raw), samples, seed, len(measured), len(groups_in), len(spots), tuple(stats))
