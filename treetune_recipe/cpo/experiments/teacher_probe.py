@@ -17,11 +17,14 @@ The student samples responses at temperature 1 (as the rollouts), graded by the 
 is built by the trainer's call (``RayCPOTrainer._distribution_teacher_pass``: ``teacher_context.build_teacher_batch``,
 the lengths of :mod:`treetune_recipe.cpo.experiments.task`). Its rows with a context (SDPO's loss rows) are measured
 with three context texts in the recipe's wrapper (``sibling_context.sibling_teacher_message``): ``sibling`` (the
-recipe's batch as built), ``gold`` (the problem's worked solution) and ``empty`` (an empty text). Per prompt kind (the
-student's plain prompt, then each teacher variant): (a) the probability of ending early, p(first token of
-`` \\boxed``) + p(end of turn), at the student's intermediate step boundaries (the token after its k-th step-ending
-``.``, k < the problem's number of operations); (b) responses the prompt samples itself (the student's own rollouts;
-for a teacher, as many from one teacher prompt per group): mean length in tokens, ``=`` steps and accuracy.
+recipe's batch as built), ``gold`` (the problem's worked solution) and ``empty`` (an empty text); and, as a control,
+``hint``: the same rows under the gold-solution prompt the other hinted methods' teachers read (CPO, RLSD, OPSD:
+``build_teacher_batch`` of a gold-solution method, with the experiment's hint wording), which the warm start's SFT saw.
+Per prompt kind (the student's plain prompt, then each teacher variant): (a) the probability of ending early,
+p(first token of `` \\boxed``) + p(end of turn), at the student's intermediate step boundaries (the token after its
+k-th step-ending ``.``, k < the problem's number of operations); (b) responses the prompt samples itself (the
+student's own rollouts; for a teacher, as many from one teacher prompt per group): mean length in tokens, ``=``
+steps and accuracy.
 """
 
 from __future__ import annotations
@@ -37,12 +40,12 @@ from verl import DataProto
 
 from treetune_recipe.cpo.cpo_hint import HintConfig, left_pad, reprompted_batch
 from treetune_recipe.cpo.cpo_terms import DEFAULT_SUCCESS_VALUE, succeeded
-from treetune_recipe.cpo.experiments.task import HINT_OVERRIDES, TASK_RL_OVERRIDES
+from treetune_recipe.cpo.experiments.task import HINT_OVERRIDES, HINT_USER_TEMPLATE, TASK_RL_OVERRIDES
 from treetune_recipe.cpo.sibling_context import sibling_teacher_message
 from treetune_recipe.cpo.teacher_context import build_teacher_batch
 from treetune_verl.utils.reward_score.tiny_arith import compute_binary_score
 
-VARIANTS = ("sibling", "gold", "empty")
+VARIANTS = ("sibling", "gold", "empty", "hint")
 DEFAULT_PROMPTS = 64
 DEFAULT_SAMPLES = 8
 
@@ -109,9 +112,12 @@ def early_end_ids(tokenizer) -> tuple[int, int]:
     return tokenizer(" \\boxed", add_special_tokens=False)["input_ids"][0], tokenizer.eos_token_id
 
 
-def pack_batch(tokenizer, prompts: Sequence[list[int]], responses: Sequence[list[int]], raw_prompts, uids) -> DataProto:
+def pack_batch(
+    tokenizer, prompts: Sequence[list[int]], responses: Sequence[list[int]], raw_prompts, uids, extra_infos=None
+) -> DataProto:
     """The rollout batch's layout: left-padded prompts, right-padded responses (``response_mask`` through the end of
-    turn), positions 0.. from each prompt's first token; ``uid`` and ``raw_prompt`` as verl's dataset keeps them."""
+    turn), positions 0.. from each prompt's first token; ``uid``, ``raw_prompt`` and ``extra_info`` (default: empty)
+    as verl's dataset keeps them."""
     pad = tokenizer.pad_token_id
     prompt_ids, prompt_len = left_pad(prompts, max(map(len, prompts)), pad)
     width = max(map(len, responses))
@@ -127,10 +133,12 @@ def pack_batch(tokenizer, prompts: Sequence[list[int]], responses: Sequence[list
         "attention_mask": torch.cat([prompt_mask, response_mask], 1),
         "position_ids": torch.cat([position_ids, prompt_len[:, None] + torch.arange(width)], 1),
     }
-    raw = np.empty(len(raw_prompts), dtype=object)
+    raw, extra = np.empty(len(raw_prompts), dtype=object), np.empty(len(raw_prompts), dtype=object)
     for row, messages in enumerate(raw_prompts):
         raw[row] = list(messages)
-    return DataProto.from_dict(tensors=tensors, non_tensors={"uid": np.array(uids, dtype=object), "raw_prompt": raw})
+        extra[row] = dict(extra_infos[row]) if extra_infos is not None else {}
+    non_tensors = {"uid": np.array(uids, dtype=object), "raw_prompt": raw, "extra_info": extra}
+    return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
 
 
 def chat_ids(tokenizer, messages) -> list[int]:
@@ -230,7 +238,8 @@ def run_probe(
 
     group_of = [g for g in range(len(raw)) for _ in range(samples)]
     responses = [r for group in groups for r in group]
-    batch = pack_batch(tokenizer, [plain[g] for g in group_of], responses, [raw[g] for g in group_of], group_of)
+    extra = [dict(rows["extra_info"].iloc[g]) for g in group_of]
+    batch = pack_batch(tokenizer, [plain[g] for g in group_of], responses, [raw[g] for g in group_of], group_of, extra)
     texts = [tokenizer.decode(r, skip_special_tokens=True) for r in responses]
     rewards = torch.tensor([_score(t, answers[g])["score"] for t, g in zip(texts, group_of)])
     method = registered_method("sdpo")
@@ -244,6 +253,15 @@ def run_probe(
         texts_v = [text_of(g) if has_context[b] else None for b, g in enumerate(group_of)]
         teacher[name], fits = wrapped_teacher_batch(batch, texts_v, tokenizer, TEACHER_MAX_PROMPT_LENGTH)
         has_context &= fits
+    gold_method = registered_method("opsd_token")
+    hint_config = HintConfig.from_config(
+        {"max_prompt_length": TEACHER_MAX_PROMPT_LENGTH, "user_template": HINT_USER_TEMPLATE}
+    ).resolve(MAX_PROMPT_LENGTH)
+    teacher["hint"], fits, _ = build_teacher_batch(
+        gold_method, None, batch, success=succeeded(rewards, DEFAULT_SUCCESS_VALUE),  # no knobs: gold context
+        tokenizer=tokenizer, hint_config=hint_config, chat_template_kwargs=None,
+    )  # fmt: skip
+    has_context &= fits
 
     dot = tokenizer(".", add_special_tokens=False)["input_ids"]
     assert len(dot) == 1, f"'.' is not one token: {dot}"
