@@ -162,13 +162,18 @@ def format_table(stats: dict[str, dict[str, float]]) -> str:
         return run.get(key, 0.0)
 
     width = name_column_width(names)
+    ratio_width = max(20, *(len(f"{name}/{base}") + 2 for name in names))
     header = f"{'seconds per step (median)':<40}" + "".join(f"{name:>{width}}" for name in names)
-    header += "".join(f"{name + '/' + base:>20}" for name in names[1:])
+    header += "".join(f"{name + '/' + base:>{ratio_width}}" for name in names[1:])
     lines = [header]
     for key, label in table_rows(keys):
         values = [value(stats[name], key) for name in names]
         ratios = [f"{v / values[0]:.2f}x" if values[0] > 0 else "-" for v in values[1:]]
-        lines.append(f"{label:<40}" + "".join(f"{v:>{width}.3f}" for v in values) + "".join(f"{r:>20}" for r in ratios))
+        lines.append(
+            f"{label:<40}"
+            + "".join(f"{v:>{width}.3f}" for v in values)
+            + "".join(f"{r:>{ratio_width}}" for r in ratios)
+        )
     lines.append("(indented parts run inside the part above them; `rest of ...` = the parent minus those parts)")
     return "\n".join(lines)
 

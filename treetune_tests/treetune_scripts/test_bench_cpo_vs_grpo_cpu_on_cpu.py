@@ -176,6 +176,8 @@ def test_experiment_shape_runs_the_regimes_methods_on_its_warm_start_and_prompts
     assert "cpo.wrap_method=sdpo" in launched["cpo:sdpo"][1]
     out = capsys.readouterr().out
     assert "at the hard experiment's shape, 2 steps after 1 warm-up" in out
+    header = next(line for line in out.splitlines() if line.startswith("seconds per step"))
+    assert " cpo:seq_kl/grpo " in header and " cpo:seq_kl@teacher=initial/grpo " in header  # ratio columns apart
     assert re.search(r"cpo:sdpo\s+4\.000\s+1\.00x\s+6\.00\s+2\.00x", out)
 
     with pytest.raises(SystemExit):
