@@ -63,7 +63,7 @@ _VAL_SAMPLES_KEY = "actor_rollout_ref.rollout.val_kwargs.n"
 #: optimizer updates of 8 prompts each, and validation that samples as the rollout does (temperature 1,
 #: :data:`VAL_SAMPLES` responses per prompt), so ``val_acc`` estimates pass@1 of the policy being trained on prompts it
 #: never sees. Greedy accuracy, the mode of that policy, does not clearly rise in 40 steps at this scale in any setting
-#: (recipe README, "Tuning").
+#: (recipe README, "The CPO-vs-GRPO experiment", "Tuning").
 HELD_OUT_OVERRIDES = [
     "data.train_batch_size=16",
     "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
@@ -233,7 +233,7 @@ def run_overrides(run_dir: Path, method: str, seed: int, schedule: Schedule, dum
 
 def validation_samples(user_overrides: list[str]) -> int:
     """Responses each validation samples per held-out prompt: :data:`VAL_SAMPLES` unless the user's overrides set
-    ``val_kwargs.n`` (e.g. ``n=1`` with temperature 0 for greedy validation, as the README's tuning runs do)."""
+    ``val_kwargs.n`` (e.g. ``n=1`` with temperature 0 for greedy validation, as the README's tuning runs did)."""
     samples = VAL_SAMPLES
     for override in user_overrides:
         key, _, value = override.lstrip("+").partition("=")
