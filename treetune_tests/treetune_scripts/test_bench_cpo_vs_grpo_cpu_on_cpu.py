@@ -153,7 +153,7 @@ def test_experiment_shape_runs_the_regimes_methods_on_its_warm_start_and_prompts
     monkeypatch.setattr(
         cpo_vs_grpo,
         "prepare_regime",
-        lambda name: cpo_vs_grpo.RegimeInputs(cpo_vs_grpo.REGIMES[name], warm, {}, data, "", {}),
+        lambda name: cpo_vs_grpo.RegimeInputs(warm, {}, data, "", {}),
     )
     launched = {}
 

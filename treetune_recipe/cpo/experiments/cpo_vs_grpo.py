@@ -373,7 +373,6 @@ def plan_experiment(
 class RegimeInputs:
     """What every run of a regime trains on: the warm start, and the regime's data overrides (the hard prompts)."""
 
-    regime: Regime
     warm_dir: Path
     warm_info: dict
     overrides: list[str]
@@ -398,13 +397,13 @@ def prepare_regime(regime_name: str, *, quick: bool = False) -> RegimeInputs:
     info = read_build_info(warm_dir)
     print(f"[experiment] {describe_warm_start(info)}", flush=True)
     if not regime.hard_prompts or quick:
-        return RegimeInputs(regime, warm_dir, info, [])
+        return RegimeInputs(warm_dir, info, [])
     print("[experiment] hard prompts (sampled once per warm start) ...", flush=True)
     selected = hard_prompts.select_hard_prompts(warm_dir)
     note = hard_prompts.describe(selected.info)
     print(f"[experiment] {note}", flush=True)
     data = [f"data.train_files={selected.train}", f"data.val_files={selected.val}"]
-    return RegimeInputs(regime, warm_dir, info, data, note, selected.info)
+    return RegimeInputs(warm_dir, info, data, note, selected.info)
 
 
 def run_experiment(experiment: Experiment) -> int:

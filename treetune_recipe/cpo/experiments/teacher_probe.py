@@ -43,6 +43,7 @@ from treetune_recipe.cpo.cpo_terms import DEFAULT_SUCCESS_VALUE, succeeded
 from treetune_recipe.cpo.experiments.task import HINT_OVERRIDES, HINT_USER_TEMPLATE, TASK_RL_OVERRIDES
 from treetune_recipe.cpo.sibling_context import sibling_teacher_message
 from treetune_recipe.cpo.teacher_context import build_teacher_batch
+from treetune_verl.config_block import override_key
 from treetune_verl.utils.reward_score.tiny_arith import compute_binary_score
 
 VARIANTS = ("sibling", "gold", "empty", "hint")
@@ -51,7 +52,7 @@ DEFAULT_SAMPLES = 8
 
 
 def _override(overrides: Sequence[str], key: str) -> int:
-    return int(next(item.split("=", 1)[1] for item in overrides if item.startswith(f"{key}=")))
+    return int(next(item.partition("=")[2] for item in overrides if override_key(item) == key))
 
 
 #: The experiment's lengths: data.max_prompt_length, data.max_response_length (new tokens of every sample) and the
