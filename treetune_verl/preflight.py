@@ -142,6 +142,24 @@ def _check_group_sampling(config: Any) -> list[str]:
     return []
 
 
+def _check_prompt_subsets(config: Any) -> list[str]:
+    """A random prompt subset must be the same at every start, or a resumed run trains on other prompts."""
+    # SYNC WARNING: verl/utils/dataset/rl_dataset.py:RLHFDataset._read_files_and_tokenize (max_samples with
+    # data.shuffle: numpy's default_rng(data.seed), fresh entropy when the seed is None)
+    if not _get(config, "data.shuffle", True) or _get(config, "data.seed") is not None:
+        return []
+    problems = []
+    for split, what in (("train", "train on"), ("val", "validate on")):
+        count = _get(config, f"data.{split}_max_samples")
+        if isinstance(count, int) and count > 0:
+            problems.append(
+                f"data.{split}_max_samples={count} with data.seed unset: verl draws the {count} prompts at random anew "
+                f"at every start, so a resumed run would {what} other prompts than the run it resumes; set "
+                "data.seed=<int>."
+            )
+    return problems
+
+
 def _check_batch_sizes(config: Any) -> list[str]:
     """Rows each worker gets must split into whole micro-batches (verl asserts it only inside the workers)."""
     # SYNC WARNING: verl/workers/engine/utils.py:prepare_micro_batches (0.9.1 l.123-127, 0.7.1 l.90-94, size %
@@ -200,7 +218,12 @@ def collect_problems(config: Any, *, accelerator: bool | None = None, check_reso
     """
     if accelerator is None:
         accelerator = accelerator_available()
-    problems = _check_files(config) + _check_group_sampling(config) + _check_batch_sizes(config)
+    problems = (
+        _check_files(config)
+        + _check_group_sampling(config)
+        + _check_prompt_subsets(config)
+        + _check_batch_sizes(config)
+    )
     try:
         from verl_cpu import preflight as verl_cpu_preflight
     except ModuleNotFoundError as error:

@@ -95,6 +95,16 @@ def test_a_group_estimator_needs_several_responses_per_prompt(make_config):
     assert problems_of(make_config("actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=gae", *micro)) == []
 
 
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_a_random_prompt_subset_needs_a_seed_or_a_resume_draws_another(make_config, split):
+    problems = problems_of(make_config(f"data.{split}_max_samples=8"))
+    assert len(problems) == 1, problems
+    assert f"data.{split}_max_samples=8 with data.seed unset" in problems[0] and "set data.seed=<int>" in problems[0]
+    # Controls: a seed fixes the subset, and without shuffling verl takes the first rows.
+    assert problems_of(make_config(f"data.{split}_max_samples=8", "data.seed=3")) == []
+    assert problems_of(make_config(f"data.{split}_max_samples=8", "data.shuffle=false")) == []
+
+
 @pytest.mark.parametrize(
     ("micro_key", "size_key"),
     [
