@@ -165,6 +165,35 @@ def test_samples_of_one_prompt_without_priorities_are_distinct_and_reproducible(
     assert batched == sequential  # here they arrive in the same order, so each gets the same draw
 
 
+def test_a_request_seed_picks_its_draw_whatever_the_arrival_order_of_the_samples_of_its_prompt(make_server):
+    """vLLM's per-request ``seed`` (treetune's seeded agent loop sends one per row): without a priority, the n samples
+    of a prompt get their draws by arrival order, so a row's response follows the order they arrive in; with a seed
+    each, a row keeps its response."""
+    (prompt,) = prompts_for(make_server(), 1)
+    seeds = [11, 12, 13, 14]
+
+    async def sample(server, order, seeded):
+        calls = [
+            server.generate(
+                prompt_ids=prompt,
+                sampling_params={**SAMPLED, **({"seed": seeds[row]} if seeded else {})},
+                request_id=str(row),
+            )
+            for row in order
+        ]
+        return dict(zip(order, [output.token_ids for output in await asyncio.gather(*calls)], strict=True))
+
+    forward = asyncio.run(sample(make_server(), [0, 1, 2, 3], seeded=True))
+    backward = asyncio.run(sample(make_server(), [3, 2, 1, 0], seeded=True))
+    assert len({tuple(tokens) for tokens in forward.values()}) == len(seeds)  # n distinct draws
+    assert backward == forward
+    # Control: without seeds, reversing the arrival order reverses which row gets which draw.
+    unseeded_forward = asyncio.run(sample(make_server(), [0, 1, 2, 3], seeded=False))
+    unseeded_backward = asyncio.run(sample(make_server(), [3, 2, 1, 0], seeded=False))
+    assert unseeded_backward != unseeded_forward
+    assert sorted(map(tuple, unseeded_backward.values())) == sorted(map(tuple, unseeded_forward.values()))
+
+
 def test_a_request_samples_with_the_seed_of_its_key_and_the_counts_restart_with_each_weight_version(server):
     (prompt,) = prompts_for(server, 1)
 

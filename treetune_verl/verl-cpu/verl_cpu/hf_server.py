@@ -208,7 +208,9 @@ class HFGenerationServer:
             prompt_ids: prompt token ids.
             sampling_params: ``temperature, top_p, top_k, repetition_penalty`` (``temperature=0`` or
                 ``do_sample=False``: greedy), ``logprobs`` (bool: return per-token log-probs), optional
-                ``max_tokens``/``max_new_tokens``.
+                ``max_tokens``/``max_new_tokens``, optional ``seed`` (vLLM's per-request seed: an int that takes the
+                priority's place in the request's key, so a caller that seeds each sample gets that sample's draw
+                whatever order the samples of a prompt arrive in).
             request_id: caller's id (unused: requests are independent).
             image_data, video_data: not supported (text-only server).
             priority: the caller's id of the sample; it does not order requests. It is part of the key of the
@@ -218,7 +220,7 @@ class HFGenerationServer:
                 in, so a rerun with the same seed samples the same. verl 0.9.1's agent loop computes a batch-unique
                 priority per sample (its row) but its ``LLMServerClient`` forwards it to vLLM servers only, and
                 verl 0.7.1 has none: the server then gets 0, and the occurrence tells apart the samples of a
-                prompt (which of them gets which draw follows their arrival order).
+                prompt (which of them gets which draw follows their arrival order, unless each brings a ``seed``).
 
         Returns:
             ``TokenOutput`` with the generated ids (eos kept), their log-probs if asked, ``stop_reason="completed"``
@@ -229,6 +231,8 @@ class HFGenerationServer:
         prompt_ids = [int(token) for token in prompt_ids]
         params = dict(sampling_params)
         want_log_probs = bool(params.pop("logprobs", False))
+        request_key = params.pop("seed", None)
+        sample_id = int(priority) if request_key is None else int(request_key)
         max_tokens = resolve_max_tokens(
             params,
             len(prompt_ids),
@@ -237,7 +241,7 @@ class HFGenerationServer:
             response_length=self.config.response_length,
         )
         settings = SamplingSettings.from_params(params)
-        generator = torch.Generator().manual_seed(self._request_seed(int(priority), prompt_ids))
+        generator = torch.Generator().manual_seed(self._request_seed(sample_id, prompt_ids))
 
         future = asyncio.get_running_loop().create_future()
         self._pending.append(_Request(prompt_ids, max_tokens, settings, generator, future))
