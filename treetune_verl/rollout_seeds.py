@@ -11,7 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Rollout draws that depend on the request, not on batching or timing: verl's vLLM rollout, verl 0.9.1.
+"""Rollout draws that depend on the request, not on batching or timing: verl's vLLM rollout and verl-cpu's ``hf``
+rollout, verl 0.9.1.
 
 This module holds the seed, the client wrapper that adds it and the checks; it imports nothing of verl's agent loop,
 so the recipe's preflight can ask it before Ray starts. The agent loop itself is
@@ -31,14 +32,18 @@ seeds: every method of a comparison samples its step-1 responses from the same r
 no longer depend on its neighbours. A vLLM request with a seed samples from its own generator; its logits can still
 differ in the last bits with the batch it is computed in, which can flip a rare token.
 
-The training step is not part of the key (the agent loop does not see it): a prompt that lands on the same row at two
-steps reuses its random numbers, with the newer weights.
+The training step is not part of the key (the agent loop does not see it): on vLLM a prompt that lands on the same row
+at two steps reuses its random numbers, with the newer weights (the ``hf`` server adds the step to its own key).
 
-Use it with vLLM on verl 0.9.1: ``actor_rollout_ref.rollout.agent.default_agent_loop=seeded_single_turn_agent``. The
-package's ``verl.plugins`` entry point (:mod:`treetune_verl.plugin`) imports this module wherever verl's agent loop is
-imported, so the name is known in every agent-loop worker; the recipe's preflight refuses it elsewhere
-(:func:`configured_seeding_problem`). verl-cpu's ``hf`` server needs none of this: it seeds each request itself
-(``verl_cpu.hf_server.request_seed``).
+Use it on verl 0.9.1: ``actor_rollout_ref.rollout.agent.default_agent_loop=seeded_single_turn_agent``
+(:func:`treetune_verl.tiny_run.tiny_run_overrides` sets it for the project's CPU runs). The package's ``verl.plugins``
+entry point (:mod:`treetune_verl.plugin`) imports this module wherever verl's agent loop is imported, so the name is
+known in every agent-loop worker; the recipe's preflight refuses it elsewhere (:func:`configured_seeding_problem`).
+verl-cpu's ``hf`` server seeds each request itself (``verl_cpu.hf_server.request_seed``) from the prompt, the step
+and, since verl's client forwards the row to vLLM servers only, the occurrence of the prompt: which of a prompt's n
+samples gets which draw then follows the order they arrive in, which varies from run to run. With this loop the
+request's seed takes the occurrence's place, so each row keeps its draw (a method that reads a row's siblings, such
+as SDPO's, sees the same ones in a rerun or a resume).
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ from treetune_verl.version import verl_is
 #: Name of :class:`SeededSingleTurnAgentLoop` in verl's agent-loop registry.
 SEEDED_AGENT_LOOP = "seeded_single_turn_agent"
 #: Rollout engines whose servers take a per-request ``seed`` sampling parameter.
-SEEDED_ENGINES = ("vllm",)
+SEEDED_ENGINES = ("vllm", "hf")
 
 
 def sample_seed(rollout_seed: int, priority: int, prompt_ids: list[int]) -> int:
@@ -75,7 +80,7 @@ def seeding_problem(engine: str) -> str | None:
     if engine not in SEEDED_ENGINES:
         return (
             f"The {SEEDED_AGENT_LOOP} agent loop seeds requests for the rollout engines {list(SEEDED_ENGINES)}, not "
-            f"{engine!r}; use verl's single_turn_agent (verl-cpu's hf server seeds each request itself)."
+            f"{engine!r}; use verl's single_turn_agent."
         )
     return None
 

@@ -13,9 +13,11 @@
 # limitations under the License.
 """A tiny CPU training run, shared by the demo and the end-to-end tests.
 
-- :func:`tiny_run_overrides`: the Hydra overrides that point a run at the tiny assets and an output folder. The CPU
-  profile itself (device, strategy, rollout ``hf``, Ray resources, sizes) lives in
-  verl-cpu's ``verl_cpu/config/platform/cpu.yaml``; only what depends on where assets and outputs are is added here.
+- :func:`tiny_run_overrides`: the Hydra overrides that point a run at the tiny assets and an output folder, and on
+  verl 0.9.1 give each rollout request the seed of its row (:mod:`treetune_verl.rollout_seeds`). The CPU profile
+  itself (device, strategy, rollout ``hf``, Ray resources, sizes) lives in verl-cpu's
+  ``verl_cpu/config/platform/cpu.yaml``; only what depends on where assets and outputs are, and on the overlay, is
+  added here.
 - :func:`launch_training`: runs a Hydra entry point (upstream ``verl.trainer.main_ppo`` by default) as a subprocess
   with a timeout, streams its output, and measures its wall time and peak memory.
 """
@@ -34,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from treetune_verl.clean_exit import kill_processes
+from treetune_verl.rollout_seeds import SEEDED_AGENT_LOOP
+from treetune_verl.version import verl_is
 
 #: Reward of the tiny arithmetic dataset (``data_source="tiny_arith"``).
 TINY_REWARD_PATH = "pkg://treetune_verl.utils.reward_score.tiny_arith"
@@ -63,10 +67,16 @@ def tiny_run_overrides(
         experiment_name: ``trainer.experiment_name``.
 
     Returns:
-        ``key=value`` strings for ``python -m verl.trainer.main_ppo`` (or any entry point using the same config).
+        ``key=value`` strings for ``python -m verl.trainer.main_ppo`` (or any entry point using the same config). On
+        verl 0.9.1 they select the seeded agent loop, so that each row of a rollout batch draws its own response
+        whatever order the requests reach the server in (0.7.1 sends no row).
     """
     assets_dir, output_dir = Path(assets_dir).resolve(), Path(output_dir).resolve()
+    seeded_rows = (
+        [] if verl_is("0.7.1") else [f"actor_rollout_ref.rollout.agent.default_agent_loop={SEEDED_AGENT_LOOP}"]
+    )
     return [
+        *seeded_rows,
         f"actor_rollout_ref.model.path={assets_dir / 'model'}",
         f"data.train_files={assets_dir / 'data' / 'train.parquet'}",
         f"data.val_files={assets_dir / 'data' / 'val.parquet'}",

@@ -11,7 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""treetune_verl.seeded_agent_loop: each vLLM request carries its own seed, registered through verl's plugin hook."""
+"""treetune_verl.seeded_agent_loop: each request (vLLM or verl-cpu's hf) carries its own seed, registered through
+verl's plugin hook."""
 
 import asyncio
 import subprocess
@@ -98,8 +99,11 @@ def test_the_preflight_refuses_the_seeded_loop_where_it_cannot_seed():
         assert "needs verl 0.9.1" in configured_seeding_problem(_run_config("hf"))
         assert "needs verl 0.9.1" in configured_seeding_problem(_run_config("vllm"))
     else:
-        assert "verl-cpu's hf server seeds each request itself" in configured_seeding_problem(_run_config("hf"))
+        assert "for the rollout engines ['vllm', 'hf'], not 'sglang'" in configured_seeding_problem(
+            _run_config("sglang")
+        )
         assert configured_seeding_problem(_run_config("vllm")) is None
+        assert configured_seeding_problem(_run_config("hf")) is None
 
 
 @pytest.mark.parametrize("plugins", ["auto", "none"])
