@@ -15,18 +15,21 @@
 
 One scenario, shared by the assertions (each run costs about a minute). Both kills land at exact moments: each run
 pauses at a pause point (``treetune_verl.fault_points``) and the test signals it there, so nothing depends on timing.
+The runs train on 8 prompts, 4 per step: every second step ends an epoch.
 
-1. run A trains with a checkpoint every step and pauses the moment step 2's checkpoint is marked complete, before
-   step 2's metrics line (the window that once lost a step for good). A second run on the same folder is started
+1. run A trains with a checkpoint every step and pauses the moment it is about to write step 3's metrics record, its
+   checkpoint marked complete (the window that once lost a step for good). A second run on the same folder is started
    there (it must stop at start-up, naming A), then A gets SIGTERM;
-2. run B resumes the same folder and metrics file. It must not resume from step 2's checkpoint, whose step has no
-   record, but from step 1's, and train step 2 again; it pauses in the middle of step 3 (before the actor update)
-   and gets SIGINT.
+2. run B resumes the same folder and metrics file. It must not resume from step 3's checkpoint, whose step has no
+   record, but from step 2's, the end of the first epoch, and train step 3 again: the first step of the second epoch,
+   on the prompts and with the responses A had there. It pauses in the middle of step 4 (before the actor update) and
+   gets SIGINT.
 
 After each signal, every process A or B had started (Ray's included) must be gone. The kill sweep
 (``treetune_scripts/kill_sweep.py``) kills at many more moments; this module keeps CI to its two runs.
 """
 
+import json
 import os
 import shutil
 import signal
@@ -36,6 +39,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import torch
 
 from treetune_recipe.cpo.cpu_run import cpo_cpu_command
 from treetune_verl.fault_points import pause_overrides
@@ -45,17 +49,24 @@ from treetune_verl.tiny_assets import build_tiny_assets
 from treetune_verl.tiny_run import METRICS_FILE
 
 STEPS = 200  # far more than both runs reach (a step takes ~2 s on CPU): each is stopped by its signal
+PROMPTS = 8  # two steps per epoch (data.train_batch_size 4 in the CPU profile)
+#: Step A is killed in (saved, not logged), so the step B resumes from ends the first epoch.
+KILLED_STEP = 3
 STEP_TIMEOUT_S = 480
 EXIT_GRACE_S = 60
 #: Each run starts its own Ray instance: a plain ray.init() would join another job's cluster on the machine.
 OWN_RAY_ENV = {**os.environ, "RAY_ADDRESS": "local", "PYTHONUNBUFFERED": "1"}
 
 
-def command(assets_dir: Path, run_dir: Path, pause_at: tuple[str, int]) -> list[str]:
+def command(assets_dir: Path, run_dir: Path, pause_at: tuple[str, int], rollouts: str = "rollouts") -> list[str]:
     overrides = [
         "actor_rollout_ref.rollout.n=4",
+        f"data.train_max_samples={PROMPTS}",
+        "data.seed=0",  # the same 8 prompts at every start (the preflight refuses a random subset without a seed)
+        f"trainer.total_epochs={STEPS}",
         "trainer.save_freq=1",
         "trainer.resume_mode=auto",
+        f"trainer.rollout_data_dir={run_dir / rollouts}",  # each step's prompts and responses, row by row
         *pause_overrides(*pause_at, run_dir / f"paused_at_{pause_at[0]}_{pause_at[1]}.json"),
     ]
     return cpo_cpu_command(
@@ -104,9 +115,13 @@ def run_until_paused_then_signal(cmd, run_dir: Path, log_path: Path, signum: int
 def interrupted_runs(tmp_path_factory):
     assets_dir = build_tiny_assets()
     run_dir = tmp_path_factory.mktemp("interrupted")
-    cmd_a = command(assets_dir, run_dir, ("checkpoint_complete", 2))
+    cmd_a = command(assets_dir, run_dir, ("metrics_record", KILLED_STEP), rollouts="rollouts_a")
 
     def second_run(driver):
+        dump = run_dir / "rollouts_a" / f"{KILLED_STEP}.jsonl"  # written by a thread of A's before the pause
+        deadline = time.monotonic() + 60
+        while not dump.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
         return driver.pid, subprocess.run(
             cmd_a, capture_output=True, text=True, timeout=180, cwd=run_dir, env=OWN_RAY_ENV
         )
@@ -116,9 +131,14 @@ def interrupted_runs(tmp_path_factory):
     )
     after_a = training_steps(run_dir / METRICS_FILE)
     metrics_a = (run_dir / METRICS_FILE).read_text()
-    marked_after_a = (run_dir / "checkpoints" / "global_step_2" / COMPLETE_MARKER).is_file()
+    killed_step_folder = run_dir / "checkpoints" / f"global_step_{KILLED_STEP}"
+    marked_after_a = (killed_step_folder / COMPLETE_MARKER).is_file()
+    shutil.copytree(killed_step_folder / "actor", run_dir / "a_actor_after_the_killed_step")  # B saves over it
     b_status, b_survivors, _ = run_until_paused_then_signal(
-        command(assets_dir, run_dir, ("update", 3)), run_dir, run_dir / "b.log", signal.SIGINT
+        command(assets_dir, run_dir, ("update", KILLED_STEP + 1), rollouts="rollouts_b"),
+        run_dir,
+        run_dir / "b.log",
+        signal.SIGINT,
     )
     return {
         "run_dir": run_dir,
@@ -161,27 +181,66 @@ def test_row12_sigterm_and_sigint_leave_no_process_of_the_run_behind(interrupted
 @pytest.mark.timeout(3 * STEP_TIMEOUT_S)
 def test_row3_resume_keeps_the_metrics_history_and_the_killed_runs_log(interrupted_runs):
     run_dir, after_a = interrupted_runs["run_dir"], interrupted_runs["after_a"]
-    # A was killed with step 2 saved and marked complete, but not logged: the window that lost step 2 for good.
-    assert after_a == [1] and interrupted_runs["marked_after_a"]
+    # A was killed with step 3 saved and marked complete, but not logged: the window that lost a step for good.
+    assert after_a == [1, 2] and interrupted_runs["marked_after_a"]
     a_log = (run_dir / "a.log").read_text()
-    assert "step:1 -" in a_log  # and its console line
-    # B trained step 2 again from step 1's checkpoint and logged it once; it was killed inside step 3.
-    assert training_steps(run_dir / METRICS_FILE) == [1, 2]
+    assert "step:2 -" in a_log  # and its console line
+    # B trained step 3 again from step 2's checkpoint and logged it once; it was killed inside step 4.
+    assert training_steps(run_dir / METRICS_FILE) == [1, 2, 3]
     # A's records are still there, unchanged, ahead of B's.
     assert (run_dir / METRICS_FILE).read_text().startswith(interrupted_runs["metrics_a"])
     b_log = (run_dir / "b.log").read_text()
-    assert "holds no training record of step 2" in b_log and "resumes from global_step_1" in b_log
-    assert f"resuming from {run_dir / 'checkpoints' / 'global_step_1'}" in b_log
+    assert "holds no training record of step 3" in b_log and "resumes from global_step_2" in b_log
+    assert f"resuming from {run_dir / 'checkpoints' / 'global_step_2'}" in b_log
+
+
+def rollout_rows(run_dir: Path, rollouts: str, step: int) -> list[tuple[str, str]]:
+    """The (prompt, response) text of each row of a step's rollout batch, in the trainer's row order."""
+    lines = (run_dir / rollouts / f"{step}.jsonl").read_text().splitlines()
+    return [(row["input"], row["output"]) for row in map(json.loads, lines)]
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(3 * STEP_TIMEOUT_S)
+def test_row5_a_resume_at_an_epoch_boundary_trains_on_the_prompts_and_responses_of_the_run_it_resumes(
+    interrupted_runs,
+):
+    run_dir = interrupted_runs["run_dir"]
+    a_rows, b_rows = rollout_rows(run_dir, "rollouts_a", KILLED_STEP), rollout_rows(run_dir, "rollouts_b", KILLED_STEP)
+    assert len(a_rows) == 4 * 4
+    # B's step 3, the first of the second epoch, has A's prompts in A's order, and A's sampled responses.
+    assert [prompt for prompt, _ in b_rows] == [prompt for prompt, _ in a_rows]
+    assert b_rows == a_rows
+    # Control: verl's own resume at this boundary shuffles the second epoch from data.seed again, so its step 3
+    # would draw step 1's prompts; they are not step 3's.
+    first_epoch_start = {prompt for prompt, _ in rollout_rows(run_dir, "rollouts_a", 1)}
+    assert first_epoch_start != {prompt for prompt, _ in a_rows}
+    assert "step 2 ends epoch 1: epoch 2 is shuffled as in an uninterrupted run" in (run_dir / "b.log").read_text()
+    # So B's update of step 3 gave A's weights, within the trainer's fp32 noise.
+    a_weights = actor_weights(run_dir / "a_actor_after_the_killed_step")
+    b_weights = actor_weights(run_dir / "checkpoints" / f"global_step_{KILLED_STEP}" / "actor")
+    assert a_weights.keys() == b_weights.keys() and a_weights
+    for name, tensor in a_weights.items():
+        torch.testing.assert_close(b_weights[name], tensor, rtol=0, atol=1e-5, msg=name)
+
+
+def actor_weights(actor_folder: Path) -> dict:
+    """The actor's model tensors of a checkpoint (every rank's shard, each tensor local)."""
+    weights = {}
+    for shard in sorted(actor_folder.glob("model_world_size_*.pt")):
+        for name, value in torch.load(shard, map_location="cpu", weights_only=False).items():
+            weights[f"{shard.name}:{name}"] = (value.to_local() if hasattr(value, "to_local") else value).float()
+    return weights
 
 
 @pytest.mark.e2e
 @pytest.mark.timeout(3 * STEP_TIMEOUT_S)
 def test_row2_every_finished_save_is_marked_complete(interrupted_runs):
     checkpoints = interrupted_runs["run_dir"] / "checkpoints"
-    for step in (1, 2):  # step 1 saved by A; step 2 saved again by B, with its record
+    for step in (1, 2, 3):  # steps 1 and 2 saved by A; step 3 saved again by B, with its record
         assert (checkpoints / f"global_step_{step}" / COMPLETE_MARKER).is_file()
         assert (checkpoints / f"global_step_{step}" / "data.pt").exists()  # dataloader state: no sample replayed
-    assert not (checkpoints / "global_step_3").exists()  # B was killed before step 3's save
+    assert not (checkpoints / "global_step_4").exists()  # B was killed before step 4's save
 
 
 @pytest.mark.e2e
@@ -190,11 +249,11 @@ def test_row4_a_damaged_checkpoint_stops_the_resume_with_one_line_naming_the_fil
     # A copy of the folder the two runs left, with the newest checkpoint's model shard cut short.
     run_dir = tmp_path / "damaged"
     shutil.copytree(interrupted_runs["run_dir"], run_dir, ignore=shutil.ignore_patterns("*.lock", "hydra"))
-    shard = next((run_dir / "checkpoints" / "global_step_2" / "actor").glob("model_world_size_*.pt"))
+    shard = next((run_dir / "checkpoints" / f"global_step_{KILLED_STEP}" / "actor").glob("model_world_size_*.pt"))
     shard.write_bytes(shard.read_bytes()[:1000])
     before = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
     stop = subprocess.run(
-        command(build_tiny_assets(), run_dir, ("update", 3)),
+        command(build_tiny_assets(), run_dir, ("update", KILLED_STEP + 1)),
         capture_output=True, text=True, timeout=STEP_TIMEOUT_S, cwd=run_dir, env=OWN_RAY_ENV,
     )  # fmt: skip
     assert stop.returncode != 0
