@@ -13,7 +13,8 @@
 # limitations under the License.
 """Kill sweep: kill a CPO run at many moments, resume it after each kill, and check that nothing was lost.
 
-A run of 12 steps on the tiny assets, with a checkpoint every step and validation every other step, is killed 24 times:
+A run of 12 steps on 8 of the tiny assets' prompts (4 per step, so every second step ends an epoch and many resumes
+land on an epoch boundary), with a checkpoint every step and validation every other step, is killed 24 times:
 SIGTERM, SIGINT or SIGKILL sent to its whole process group (the driver, Ray and every worker), at
 
 * start-up (before Ray, and with Ray up before the first step);
@@ -31,7 +32,9 @@ landed and what the next start resumed from. At the end it checks that
 3. the last checkpoint's model weights equal those of a straight run of the same steps, and so do the per-step
    metrics it logged, validation included, within the trainer's fp32 numerics (:data:`WEIGHTS_TOLERANCE`,
    :data:`METRICS_TOLERANCE`; the max absolute differences are printed);
-4. the token-credit dumps of steps 2 and 4 (``cpo.credit_dump``) are one whole file each, of their step.
+4. every step trained on the straight run's prompts, in its order, and sampled its responses (verl's rollout dump,
+   ``trainer.rollout_data_dir``: a step trained again after a kill writes its file again);
+5. the token-credit dumps of steps 2 and 4 (``cpo.credit_dump``) are one whole file each, of their step.
 
 Usage::
 
@@ -70,8 +73,11 @@ EXIT_TIMEOUT_S = 120
 SIGNALS = {"TERM": signal.SIGTERM, "INT": signal.SIGINT, "KILL": signal.SIGKILL}
 #: Steps whose token-credit dump (``cpo.credit_dump``) is written; each must end as one whole file, the straight run's.
 CREDIT_DUMP_STEPS = (2, 4)
-#: Metrics compared with the straight run, by prefix (timings and throughput differ between any two runs).
 TEST_FREQ = 2
+#: Prompts the run trains on, 4 per step (the CPU profile's ``data.train_batch_size``): an epoch every second step.
+PROMPTS = 8
+#: Folder of a run's rollout dump: ``<step>.jsonl``, one row per response (verl's ``trainer.rollout_data_dir``).
+ROLLOUTS = "rollouts"
 #: A resumed run is not bitwise the straight run: measured 1.2e-7 on the weights after 12 steps and 24 kills, and
 #: 1.9e-5 on the advantages (CPO's shaping reads the log-probs). One response sampled differently moves the mean
 #: score by 2/32 (rewards +-1, 8 prompts x 4 responses); the tolerances sit far between the two.
@@ -134,6 +140,9 @@ def run_command(assets: Path, run_dir: Path, steps: int, seed: int, extra: list[
         f"cpo.credit_dump.steps=[{','.join(str(step) for step in CREDIT_DUMP_STEPS)}]",
         "trainer.resume_mode=auto",
         f"data.seed={seed}",
+        f"data.train_max_samples={PROMPTS}",
+        f"trainer.total_epochs={steps}",
+        f"trainer.rollout_data_dir={run_dir.resolve() / ROLLOUTS}",
         *extra,
     ]
     return cpo_cpu_command(
@@ -185,8 +194,11 @@ def resume_of(log_text: str) -> str:
     match = re.search(r"\[run_folder\] resuming from \S*global_step_(\d+)", log_text)
     resumed = f"resumed from step {match.group(1)}" if match else "fresh start"
     unmarked = re.findall(r"holds no training record of step (\d+)", log_text)
-    return resumed + (
-        f" (step {', '.join(unmarked)} saved but not logged: unmarked, trained again)" if unmarked else ""
+    boundary = re.search(r"\[run_folder\] step \d+ ends epoch (\d+)", log_text)
+    return (
+        resumed
+        + (f" (step {', '.join(unmarked)} saved but not logged: unmarked, trained again)" if unmarked else "")
+        + (f", at the end of epoch {boundary.group(1)}" if boundary else "")
     )
 
 
@@ -280,6 +292,28 @@ def compare_metrics(a: Path, b: Path) -> tuple[float, int]:
     return max(diffs, default=float("inf")), len(diffs)
 
 
+def rollout_rows(run_dir: Path, step: int) -> list[tuple[str, str]]:
+    """(prompt, response) of each row of a step's rollout batch, in the trainer's row order ([] without a dump)."""
+    path = run_dir / ROLLOUTS / f"{step}.jsonl"
+    if not path.exists():
+        return []
+    return [(row["input"], row["output"]) for row in map(json.loads, path.read_text().splitlines())]
+
+
+def compare_rollouts(a: Path, b: Path, steps: int) -> tuple[list[int], list[int], int]:
+    """The steps whose prompts (in row order) differ between two runs, those whose responses differ, and how many
+    rows were compared."""
+    prompts_differ, responses_differ, rows = [], [], 0
+    for step in range(1, steps + 1):
+        left, right = rollout_rows(a, step), rollout_rows(b, step)
+        rows += len(left)
+        if not left or [prompt for prompt, _ in left] != [prompt for prompt, _ in right]:
+            prompts_differ.append(step)
+        elif left != right:
+            responses_differ.append(step)
+    return prompts_differ, responses_differ, rows
+
+
 def check_credit_dumps(run_dir: Path) -> str:
     """'' when the run holds exactly one whole dump per listed step, for that step; else what is wrong.
 
@@ -351,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     weights_diff = compare_weights(straight / "checkpoints" / last, chain / "checkpoints" / last)
     metrics_diff, compared = compare_metrics(straight / METRICS_FILE, chain / METRICS_FILE)
     dumps = check_credit_dumps(chain)
+    prompts_differ, responses_differ, rollout_rows_compared = compare_rollouts(straight, chain, args.steps)
     checks = [
         (f"every step logged exactly once: {logged}", logged == list(range(1, args.steps + 1))),
         (f"no start trained from scratch over a complete checkpoint ({scratch or 'none'})", not scratch),
@@ -359,6 +394,15 @@ def main(argv: list[str] | None = None) -> int:
         (
             f"per-step metrics vs the straight run ({compared} values): max |diff| {metrics_diff:.3g}",
             metrics_diff <= METRICS_TOLERANCE,
+        ),
+        (
+            f"every step's prompts in the straight run's order ({rollout_rows_compared} rows; steps that differ: "
+            f"{prompts_differ or 'none'})",
+            not prompts_differ,
+        ),
+        (
+            f"every step's responses as the straight run's (steps that differ: {responses_differ or 'none'})",
+            not responses_differ,
         ),
         (f"credit dumps of steps {CREDIT_DUMP_STEPS}: one whole file each ({dumps or 'yes'})", not dumps),
     ]
