@@ -15,7 +15,8 @@
 subclass, ends every checkpoint save by marking its folder complete
 (``treetune_verl.run_folder.mark_checkpoint_complete``, which a resume verifies), stops the run with one line when a
 save runs out of disk, makes the step's write boundaries pause points for the kill tests
-(``treetune_verl.fault_points``), and resumes the data order of the run it continues, at an epoch boundary too
+(``treetune_verl.fault_points``), lets a recipe add state of its own to a checkpoint (a moving teacher's weights),
+and resumes the data order of the run it continues, at an epoch boundary too
 (:func:`finish_saved_epoch`). The driver's side (lock, resume point) is :mod:`treetune_verl.run_folder`.
 """
 
@@ -83,6 +84,7 @@ class CompleteCheckpointsMixin:
         folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
         try:
             result = super()._save_checkpoint()
+            self._save_extra_checkpoint_state(folder)
             pause_point("checkpoint_saved", self.global_steps)
             mark_checkpoint_complete(folder, self.global_steps)
         except Exception as error:
@@ -110,15 +112,18 @@ class CompleteCheckpointsMixin:
         # global_steps is a multiple of len(train_dataloader); 0.7.1 loads it; the folder is global_step_<N> under
         # default_local_dir, or resume_from_path) and RayPPOTrainer.fit (epoch = global_steps // len(dataloader))
         result = super()._load_checkpoint()
-        steps_per_epoch = len(self.train_dataloader)
-        if self.global_steps == 0 or steps_per_epoch == 0 or self.global_steps % steps_per_epoch:
+        if self.global_steps == 0:
             return result
         trainer = self.config.trainer
         if trainer.resume_mode == "resume_path":
-            folder = trainer.resume_from_path
+            folder = os.path.abspath(trainer.resume_from_path)
         else:
-            folder = os.path.join(trainer.default_local_dir, f"global_step_{self.global_steps}")
-        data_state = os.path.abspath(os.path.join(folder, DATA_STATE_FILE))
+            folder = os.path.abspath(os.path.join(trainer.default_local_dir, f"global_step_{self.global_steps}"))
+        self._load_extra_checkpoint_state(folder)
+        steps_per_epoch = len(self.train_dataloader)
+        if steps_per_epoch == 0 or self.global_steps % steps_per_epoch:
+            return result
+        data_state = os.path.join(folder, DATA_STATE_FILE)
         if not os.path.exists(data_state):
             return result  # verl has said that the data starts from scratch
         skipped = finish_saved_epoch(self.train_dataloader, data_state)
@@ -136,6 +141,14 @@ class CompleteCheckpointsMixin:
                 f"uninterrupted run (sampler state of {data_state})"
             )
         return result
+
+    def _save_extra_checkpoint_state(self, folder: str) -> None:
+        """What a recipe adds to the checkpoint ``folder`` after verl's save and before the folder is marked complete
+        (so the marker lists its files, and a resume verifies them). Nothing here."""
+
+    def _load_extra_checkpoint_state(self, folder: str) -> None:
+        """Read back what :meth:`_save_extra_checkpoint_state` wrote, after verl's resume from ``folder``. Nothing
+        here."""
 
     def _validate(self, *args, **kwargs):
         pause_point("validation", self.global_steps)

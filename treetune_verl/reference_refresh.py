@@ -23,6 +23,9 @@ verl (0.9.1 and 0.7.1, engine workers) builds the reference policy inside ``Acto
   reference works too);
 - ``ema_actor_weights_into_reference(rate)``, the same walk over the shards moving the reference towards the actor:
   θ_ref ← (1 − rate)·θ_ref + rate·θ_actor (``rate=1`` is the copy);
+- ``save_reference_weights(folder)`` / ``load_reference_weights(folder)``: every rank writes or reads the local shards
+  of the reference's parameters (``model_world_size_<W>_rank_<r>.pt``), so a moving teacher can be checkpointed
+  (verl checkpoints the actor only);
 - ``compute_topk_log_prob`` / ``compute_ref_topk_log_prob`` (verl 0.9.x only), the distribution-level twins of verl's
   ``compute_log_prob`` / ``compute_ref_log_prob``, with the same dispatch: per response token the model's top-k ids
   and log-probs, or the log-probs at given ids (:mod:`treetune_verl.distribution_pass`).
@@ -31,6 +34,8 @@ A recipe maps its actor role to this class in its TaskRunner's ``add_actor_rollo
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 from tensordict import TensorDict
@@ -77,6 +82,48 @@ def copy_parameters(source: torch.nn.Module, target: torch.nn.Module, rate: floa
     return len(source_params)
 
 
+def shard_file(folder: str, rank: int, world_size: int) -> str:
+    """The file of one rank's local shards in ``folder`` (the naming of verl's actor shards)."""
+    return os.path.join(folder, f"model_world_size_{world_size}_rank_{rank}.pt")
+
+
+def save_local_shards(module: torch.nn.Module, path: str) -> int:
+    """Write the process-local shard of every parameter of ``module`` to ``path`` (CPU tensors, their own dtype);
+    returns the number of parameters."""
+    shards = {name: local_shard(param).detach().to("cpu", copy=True) for name, param in module.named_parameters()}
+    torch.save(shards, path)
+    return len(shards)
+
+
+@torch.no_grad()
+def load_local_shards(module: torch.nn.Module, path: str) -> int:
+    """Overwrite every parameter's local shard of ``module`` with those :func:`save_local_shards` wrote to ``path``.
+
+    Raises:
+        ValueError: if the file's names, shapes or dtypes differ from the module's (another model, sharding or
+            precision), before anything is changed.
+    """
+    shards = torch.load(path, map_location="cpu", weights_only=True)
+    params = {name: local_shard(param) for name, param in module.named_parameters()}
+    if shards.keys() != params.keys():
+        differ = sorted(shards.keys() ^ params.keys())
+        raise ValueError(f"{path} holds other parameters than the reference, e.g. {differ[:3]}")
+    mismatched = [
+        name for name, shard in shards.items() if (shard.shape, shard.dtype) != (params[name].shape, params[name].dtype)
+    ]
+    if mismatched:
+        raise ValueError(f"{path}: shards of another shape or dtype than the reference's, e.g. {mismatched[:3]}")
+    for name, shard in shards.items():
+        params[name].copy_(shard)
+    return len(shards)
+
+
+def _rank_and_world_size() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
 class RefreshableReferenceWorker(ActorRolloutRefWorker):
     """``ActorRolloutRefWorker`` whose reference model can take the actor's weights, with top-k scoring passes."""
 
@@ -99,6 +146,24 @@ class RefreshableReferenceWorker(ActorRolloutRefWorker):
     def ema_actor_weights_into_reference(self, rate: float) -> int:
         """θ_ref ← (1 − rate)·θ_ref + rate·θ_actor on every rank's shards, ``rate`` in (0, 1]; returns the count."""
         return self._update_reference(float(rate), "ema_actor_weights_into_reference")
+
+    def _reference_module(self, caller: str) -> torch.nn.Module:
+        if self.ref is None:
+            raise RuntimeError(f"{caller} needs the reference inside this worker; role {self.role!r}")
+        return self.ref.engine.module
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_reference_weights(self, folder: str) -> int:
+        """Every rank writes its local shards of the reference's parameters into ``folder``; returns the count."""
+        module = self._reference_module("save_reference_weights")
+        os.makedirs(folder, exist_ok=True)
+        return save_local_shards(module, shard_file(folder, *_rank_and_world_size()))
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_reference_weights(self, folder: str) -> int:
+        """Every rank reads its local shards of the reference's parameters from ``folder``; returns the count."""
+        module = self._reference_module("load_reference_weights")
+        return load_local_shards(module, shard_file(folder, *_rank_and_world_size()))
 
     def _with_routing_replay(self, data: TensorDict, enabled: bool) -> None:
         # SYNC WARNING: verl/workers/engine_workers.py:_with_routing_replay_flag (0.9.1 l.62-74: what verl's
