@@ -20,6 +20,8 @@ is killed. Without those variables (every real run) :func:`pause_point` returns 
 boundaries of a step, in the order verl's ``fit()`` reaches them:
 
 ==================== ==========================================================================================
+``teacher_update``   a moving teacher has just changed its weights (a refresh before the reference pass, or an EMA
+                     step after the actor update); a recipe calls it
 ``update``           after the step's rollout, rewards and advantages, right before the actor update
 ``checkpoint_saved`` verl's save of ``global_step_N`` returned; not yet marked complete
 ``checkpoint_complete`` the folder is marked complete; the step's metrics record is not written yet
@@ -35,7 +37,7 @@ import os
 import time
 from pathlib import Path
 
-POINTS = ("update", "checkpoint_saved", "checkpoint_complete", "validation", "metrics_record")
+POINTS = ("update", "checkpoint_saved", "checkpoint_complete", "validation", "metrics_record", "teacher_update")
 PAUSE_AT_ENV = "TREETUNE_PAUSE_AT"
 PAUSE_FILE_ENV = "TREETUNE_PAUSE_FILE"
 #: A paused process that nobody kills ends itself after this long (a harness that died).

@@ -97,6 +97,14 @@ class _SharedKnobs:
         default=0.05,
         metadata={"help": "teacher=ema: τ in (0, 1] of θ_T ← (1-τ)·θ_T + τ·θ after every update (SDPO's default)."},
     )
+    teacher_checkpoint: bool = field(
+        default=True,
+        metadata={
+            "help": "teacher=refreshed or ema: save the teacher's state (and its weights when a resume needs them) "
+            "with each checkpoint, so a resumed run scores with the uninterrupted run's teacher; false: only the "
+            "run's last checkpoint keeps the teacher, and a resume restarts it from the resumed actor."
+        },
+    )
     success_value: float = field(
         default=DEFAULT_SUCCESS_VALUE,
         metadata={
@@ -132,6 +140,8 @@ class _SharedKnobs:
             raise ValueError(f"cpo.teacher_ema_rate must lie in (0, 1], got {self.teacher_ema_rate}.")
         if self.teacher is not None:
             _check_choice("teacher", self.teacher, TEACHERS)
+        if not isinstance(self.teacher_checkpoint, bool):
+            raise ValueError(f"cpo.teacher_checkpoint must be true or false, got {self.teacher_checkpoint!r}.")
         steps = self.teacher_refresh_steps
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ValueError(f"cpo.teacher_refresh_steps must be an integer >= 1, got {steps!r}.")

@@ -96,6 +96,18 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         self._install_cpo_loss(self.cpo_config)
         request_entropy_in_actor_updates(self.actor_rollout_wg)
 
+    def _save_extra_checkpoint_state(self, folder: str) -> None:
+        """A moving teacher's state and weights, beside verl's checkpoint (``Teacher.save``): with every checkpoint
+        (``cpo.teacher_checkpoint``), and with the run's last one in any case (the trained teacher)."""
+        last = self.global_steps >= self.total_training_steps
+        if self.cpo_enabled and (self.cpo_config.teacher_checkpoint or last):
+            self.teacher.save(folder, self.global_steps, self.actor_rollout_wg, keep_weights=last)
+
+    def _load_extra_checkpoint_state(self, folder: str) -> None:
+        """The moving teacher of the checkpoint ``folder`` (``Teacher.resume``)."""
+        if self.cpo_enabled and self.cpo_config.teacher_checkpoint:
+            self.teacher.resume(folder, self.global_steps, self.actor_rollout_wg)
+
     def _install_cpo_loss(self, cpo_config: CPOConfig) -> None:
         """Install ``cpo_ppo_loss`` with ``cpo_config`` on every actor worker (the loss reads its knobs there), unless
         the same knobs are installed already."""

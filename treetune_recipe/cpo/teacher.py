@@ -17,13 +17,19 @@
 and what follows from its name alone: which worker scores it, whether the trainer changes its weights, when a
 ``refreshed`` one takes the actor's. :class:`Teacher` wraps it with the run's state. The trainer calls
 :meth:`Teacher.before_reference_pass` before verl's reference pass of each step (a ``refreshed`` teacher takes the
-actor's weights when due, or after a resume), :meth:`Teacher.after_update` after each actor update (an ``ema`` teacher
-moves towards the actor) and :meth:`Teacher.metrics` once per step. No other module compares a teacher's name.
+actor's weights when due), :meth:`Teacher.after_update` after each actor update (an ``ema`` teacher moves towards the
+actor), :meth:`Teacher.metrics` once per step, and :meth:`Teacher.save` / :meth:`Teacher.resume` with each checkpoint:
+verl checkpoints the actor only, so a moving teacher's weights and schedule are saved beside it (:data:`TEACHER_DIR`)
+and a resumed run scores with the teacher the uninterrupted run had. No other module compares a teacher's name.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
+
+from treetune_verl.fault_points import pause_point
 
 #: Teachers of the hinted pass, i.e. whose distribution of the response under the hint prompt the method reads:
 #: ``policy``: the rollout policy, scored by the actor (moves with the student every step; CPO's own reference);
@@ -36,6 +42,10 @@ TEACHERS = ("policy", "initial", "refreshed", "ema")
 REFERENCE_TEACHERS = ("initial", "refreshed", "ema")
 #: Teachers whose weights the trainer changes (overwrites or averages): the reference must be a model of its own.
 CHANGING_TEACHERS = ("refreshed", "ema")
+#: Folder of a checkpoint (``global_step_<N>/``) with a moving teacher's state, :data:`TEACHER_STATE_FILE`, and, when a
+#: resume needs them, its weights: each rank's shards of the reference, ``model_world_size_<W>_rank_<r>.pt``.
+TEACHER_DIR = "teacher"
+TEACHER_STATE_FILE = "teacher_state.json"
 #: The metric set to 1 for the run's teacher, one name per teacher (``cpo.teacher``).
 TEACHER_METRICS = {name: f"cpo/teacher/{name}" for name in TEACHERS}
 
@@ -100,22 +110,23 @@ class Teacher:
         return "reference" if self.config.on_reference_worker else "actor"
 
     def before_reference_pass(self, step: int, actor_rollout_wg) -> None:
-        """A ``refreshed`` teacher takes the actor's weights when its refresh is due at ``step``, and on the first step
-        after a resume (verl does not checkpoint the reference: it holds the starting model again). An ``ema`` teacher
-        resumed the same way restarts from the resumed actor (its average is not checkpointed either)."""
+        """A ``refreshed`` teacher takes the actor's weights when its refresh is due at ``step``. A run resumed from a
+        checkpoint without the teacher's state (``cpo.teacher_checkpoint=false``, or an older checkpoint) restarts a
+        moving teacher from the resumed actor: the reference holds the starting model again."""
         if not self.config.changes_weights:
             return
         resumed = self.weights_step is None and step > 1
         if resumed:
             print(
-                f"[cpo] resumed at step {step}: the reference weights are the starting model's (verl does not "
-                f"checkpoint them); the {self.name} teacher takes the resumed actor's weights now."
+                f"[cpo] resumed at step {step} from a checkpoint without the teacher's state: the {self.name} teacher "
+                "restarts from the resumed actor's weights, so it differs from an uninterrupted run's."
             )
         if resumed or self.config.refresh_due(step):
             # SYNC WARNING: treetune_verl/reference_refresh.py relies on the fused ActorRolloutRefWorker
             actor_rollout_wg.copy_actor_weights_to_reference()
             self.weights_step = step - 1
             self.changed_this_step = True
+            pause_point("teacher_update", step)
         elif self.weights_step is None:
             self.weights_step = 0
 
@@ -126,6 +137,54 @@ class Teacher:
         actor_rollout_wg.ema_actor_weights_into_reference(self.config.ema_rate)
         self.weights_step = step
         self.changed_this_step = True
+        pause_point("teacher_update", step)
+
+    def weights_needed_to_resume(self, step: int) -> bool:
+        """Whether a resume after ``step`` needs this teacher's weights from the checkpoint: they differ from the
+        starting model (which verl's reference holds at start-up) and the next step does not overwrite them. ``ema``:
+        always, once it has averaged an update in; ``refreshed``: after a refresh, unless the next step refreshes."""
+        if not self.config.changes_weights or not self.weights_step:
+            return False
+        return not self.config.refresh_due(step + 1)
+
+    def save(self, folder: str, step: int, actor_rollout_wg, *, keep_weights: bool = False) -> None:
+        """Write a moving teacher's state into the checkpoint ``folder`` of ``step``: :data:`TEACHER_STATE_FILE`
+        (its name and ``weights_step``), and its weights when a resume needs them or ``keep_weights`` (the run's last
+        checkpoint keeps the trained teacher)."""
+        if not self.config.changes_weights:
+            return
+        teacher_dir = os.path.join(folder, TEACHER_DIR)
+        os.makedirs(teacher_dir, exist_ok=True)
+        weights_saved = self.weights_needed_to_resume(step) or (keep_weights and bool(self.weights_step))
+        if weights_saved:
+            # SYNC WARNING: treetune_verl/reference_refresh.py relies on the fused ActorRolloutRefWorker
+            actor_rollout_wg.save_reference_weights(teacher_dir)
+        state = {"teacher": self.name, "weights_step": int(self.weights_step or 0), "weights_saved": weights_saved}
+        with open(os.path.join(teacher_dir, TEACHER_STATE_FILE), "w") as handle:
+            json.dump(state, handle)
+
+    def resume(self, folder: str, step: int, actor_rollout_wg) -> None:
+        """Restore a moving teacher from the checkpoint ``folder`` of ``step``: its weights (into the reference) and
+        its ``weights_step``, so a ``refreshed`` schedule goes on where it stopped. Without the state the teacher
+        restarts (:meth:`before_reference_pass` says so)."""
+        state_path = os.path.join(folder, TEACHER_DIR, TEACHER_STATE_FILE)
+        if not self.config.changes_weights or not os.path.exists(state_path):
+            return
+        with open(state_path) as handle:
+            state = json.load(handle)
+        if state["teacher"] != self.name:
+            print(f"[cpo] the checkpoint's teacher state is a {state['teacher']} teacher's, not {self.name}: unused.")
+            return
+        if state["weights_saved"]:
+            actor_rollout_wg.load_reference_weights(os.path.join(folder, TEACHER_DIR))
+            what = f"its weights from {os.path.join(folder, TEACHER_DIR)}"
+        elif state["weights_step"] == 0:
+            what = "the starting model (no refresh yet)"
+        else:
+            what = f"the actor's weights at step {step + 1}, its refresh"
+        self.weights_step = int(state["weights_step"])
+        seen = "averaged in through" if self.name == "ema" else "taken from the actor after"
+        print(f"[cpo] resumed the {self.name} teacher at step {step}: updates {seen} step {self.weights_step}; {what}")
 
     def metrics(self, step: int) -> dict[str, float]:
         """``cpo/teacher/<name>`` = 1, ``cpo/teacher_weights_step`` (updates seen by the weights it scored with this
