@@ -34,18 +34,29 @@ landed and what the next start resumed from. At the end it checks that
    :data:`METRICS_TOLERANCE`; the max absolute differences are printed);
 4. every step trained on the straight run's prompts, in its order, and sampled its responses (verl's rollout dump,
    ``trainer.rollout_data_dir``: a step trained again after a kill writes its file again);
-5. the token-credit dumps of steps 2 and 4 (``cpo.credit_dump``) are one whole file each, of their step.
+5. the token-credit dumps of steps 2 and 4 (``cpo.credit_dump``) are one whole file each, of their step;
+6. for a method whose teacher moves (``refreshed``, ``ema``), the teacher weights of the last checkpoint equal the
+   straight run's (:data:`WEIGHTS_TOLERANCE`). With ``--control``, a second chain resumes as the recipe did before the
+   teacher was checkpointed (``cpo.teacher_checkpoint=false``: the teacher restarts from the resumed actor), and must
+   fail this check.
+
+``--methods`` sweeps methods by their experiment names instead of the recipe's default method, each with
+:data:`TEACHER_PLAN` (10 kills, three of them right after the teacher moved: a refresh, or an EMA step);
+``--methods teachers`` is one method per teacher kind, :data:`TEACHER_METHODS`.
 
 Usage::
 
     python -m treetune_scripts.kill_sweep [--out outputs/kill_sweep] [--steps 12] [--seed 0]    # or: make kill-sweep
+    python -m treetune_scripts.kill_sweep --methods teachers --control    # make kill-sweep ARGS="--methods ..."
 
-It prints the table and writes ``<out>/kill_sweep.md``; 26 starts of the trainer (about 20 minutes on 2 cores).
+It prints the table and writes ``<out>/kill_sweep.md``; the default is 26 starts of the trainer (about 20 minutes on 2
+cores), ``--methods teachers --control`` 46.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -59,8 +70,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+import torch
+import yaml
 
 from treetune_recipe.cpo.cpu_run import cpo_cpu_command
+from treetune_recipe.cpo.experiments.cpo_vs_grpo import method_overrides, parse_methods, run_name
+from treetune_recipe.cpo.teacher import TEACHER_DIR
 from treetune_verl.clean_exit import kill_processes
 from treetune_verl.fault_points import pause_overrides
 from treetune_verl.metrics_history import read_metrics, training_steps
@@ -129,6 +144,56 @@ PLAN = [
     Kill("pause:checkpoint_complete@+1", "KILL"),
     Kill("pause:validation@test", "TERM"),
 ]
+#: The full sweep of the teachers that a run moves or reloads, one method each: ``refreshed`` (RLSD's published teacher,
+#: refreshed every 2 updates instead of 20 so that refreshes fall within the run), ``ema`` (SDPO's) and ``initial``.
+TEACHER_METHODS = "cpo:rlsd@teacher_refresh_steps=2,cpo:sdpo,cpo:seq_kl@teacher=initial"
+#: 10 kills for a method with a moving teacher: three right after the teacher moved (a refresh, or an EMA step), the
+#: others at the write boundaries and at random. A teacher that never moves gets ``update@+1`` for those three.
+TEACHER_PLAN = [
+    Kill("pause:teacher_update@next", "KILL"),
+    Kill("pause:checkpoint_complete@+1", "TERM"),
+    Kill("pause:update@+1", "INT"),
+    Kill("pause:teacher_update@next", "TERM"),
+    Kill("pause:metrics_record@+2", "KILL"),
+    Kill("pause:checkpoint_saved@+1", "KILL"),
+    Kill("random@+1", "KILL"),
+    Kill("pause:validation@test", "TERM"),
+    Kill("pause:teacher_update@next", "INT"),
+    Kill("pause:checkpoint_complete@+2", "KILL"),
+]
+#: Kills of the control chain (``--control``): enough to resume the teacher a few times.
+CONTROL_KILLS = 3
+
+
+def teacher_of(method: str | None):
+    """The resolved teacher of an experiment method name (None for the recipe's default method)."""
+    if method is None:
+        return None
+    from treetune_recipe.cpo.config import CPOConfig
+
+    wrapper, *settings = method.removeprefix("cpo:").split("@")
+    fields = {"wrap_method": wrapper}
+    for setting in settings:
+        key, value = setting.split("=", 1)
+        fields[key] = yaml.safe_load(value)
+    return CPOConfig.from_config(fields).teacher_config
+
+
+def plan_for(method: str | None, teacher) -> list[Kill]:
+    """:data:`PLAN` for the default method; :data:`TEACHER_PLAN` otherwise, its teacher kills replaced by
+    ``update@+1`` when the teacher never moves."""
+    if method is None:
+        return PLAN
+    if teacher.changes_weights:
+        return TEACHER_PLAN
+    return [Kill("pause:update@+1", kill.signal) if "@next" in kill.how else kill for kill in TEACHER_PLAN]
+
+
+def next_teacher_change(teacher, after: int) -> int:
+    """The first step after ``after`` at which a moving teacher changes its weights."""
+    if teacher.name == "ema":
+        return after + 1
+    return next(step for step in itertools.count(after + 1) if teacher.refresh_due(step))
 
 
 def run_command(assets: Path, run_dir: Path, steps: int, seed: int, extra: list[str]) -> list[str]:
@@ -209,7 +274,7 @@ def launch(cmd: list[str], log_path: Path) -> subprocess.Popen:
 
 
 def one_kill(
-    kill: Kill, cmd: list[str], run_dir: Path, steps: int, log_path: Path, rng: random.Random
+    kill: Kill, cmd: list[str], run_dir: Path, steps: int, log_path: Path, rng: random.Random, teacher=None
 ) -> tuple[str, str]:
     """Start, wait for the kill's moment, signal the group; returns (where it landed, state at the kill)."""
     pause_file = run_dir / "paused.json"
@@ -222,6 +287,8 @@ def one_kill(
             step = resume
         elif when == "test":
             step = resume + TEST_FREQ - resume % TEST_FREQ
+        elif when == "next":
+            step = next_teacher_change(teacher, resume)
         else:
             step = resume + int(when)
         if step > steps:
@@ -261,22 +328,30 @@ def one_kill(
     return landed, at_kill + ("" if after == at_kill else f"; after the exit: {after}")
 
 
-def model_tensors(step_folder: Path) -> dict[str, object]:
-    import torch
-
+def shard_tensors(folder: Path) -> dict[str, object]:
+    """Every tensor of the ``model*.pt`` shard files in ``folder`` (a checkpoint's actor or teacher), each local."""
     tensors = {}
-    for path in sorted((step_folder / "actor").glob("model*.pt")):
+    for path in sorted(folder.glob("model*.pt")):
         for name, value in torch.load(path, map_location="cpu", weights_only=False).items():
             tensors[f"{path.name}:{name}"] = value.to_local() if hasattr(value, "to_local") else value
     return tensors
 
 
-def compare_weights(a: Path, b: Path) -> float:
-    """Max absolute difference between the model tensors of two checkpoint folders (inf when they differ in keys)."""
-    left, right = model_tensors(a), model_tensors(b)
+def max_difference(left: dict, right: dict) -> float:
+    """Max absolute difference between two sets of named tensors (inf when either is empty or their names differ)."""
     if not left or left.keys() != right.keys():
         return float("inf")
     return max(float((left[k].float() - right[k].float()).abs().max()) for k in left)
+
+
+def compare_weights(a: Path, b: Path) -> float:
+    """Max absolute difference between the actor's model tensors of two checkpoint folders."""
+    return max_difference(shard_tensors(a / "actor"), shard_tensors(b / "actor"))
+
+
+def compare_teacher_weights(a: Path, b: Path) -> float:
+    """Max absolute difference between the teacher weights of two checkpoint folders (inf when either has none)."""
+    return max_difference(shard_tensors(a / TEACHER_DIR), shard_tensors(b / TEACHER_DIR))
 
 
 def compare_metrics(a: Path, b: Path) -> tuple[float, int]:
@@ -334,42 +409,25 @@ def check_credit_dumps(run_dir: Path) -> str:
     return ""
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("outputs/kill_sweep"))
-    parser.add_argument(
-        "--steps", type=int, default=12, help="training steps (the plan moves the run on by about 8 of them)"
-    )
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    out = args.out.resolve()
-    shutil.rmtree(out, ignore_errors=True)
-    (out / "logs").mkdir(parents=True)
-    assets = build_tiny_assets()
-    rng = random.Random(args.seed)
-    sweep_start = time.monotonic()
+def chain_of_kills(
+    cmd: list[str], chain: Path, plan: list[Kill], steps: int, logs: Path, rng: random.Random, teacher
+) -> tuple[list[list[str]], list[str], int]:
+    """Kill a run at each moment of ``plan``, start it again after each kill, then let it finish.
 
-    straight = out / "straight"
-    straight.mkdir()
-    print(f"[kill_sweep] straight run of {args.steps} steps -> {straight}", flush=True)
-    launch(run_command(assets, straight, args.steps, args.seed, []), out / "logs" / "straight.log").wait()
-    if training_steps(straight / METRICS_FILE) != list(range(1, args.steps + 1)):
-        sys.exit(f"[kill_sweep] the straight run failed; see {out / 'logs' / 'straight.log'}")
-
-    chain = out / "chain"
-    chain.mkdir()
-    cmd = run_command(assets, chain, args.steps, args.seed, [])
+    Returns:
+        The table's rows, the starts that trained from scratch over a complete checkpoint, the last start's status.
+    """
     rows, starts = [], []
-    for index, kill in enumerate(PLAN, start=1):
-        log_path = out / "logs" / f"kill_{index:02d}.log"
+    for index, kill in enumerate(plan, start=1):
+        log_path = logs / f"{chain.name}_kill_{index:02d}.log"
         had_checkpoint = resume_point(chain) > 0
-        landed, at_kill = one_kill(kill, cmd, chain, args.steps, log_path, rng)
+        landed, at_kill = one_kill(kill, cmd, chain, steps, log_path, rng, teacher)
         starts.append((had_checkpoint, log_path))
         if landed.startswith(("run ended by itself", "not started")):
             sys.exit(f"[kill_sweep] kill {index} ({kill.how}) never came: {landed}; see {log_path}")
         rows.append([str(index), f"SIG{kill.signal}", kill.how, landed, at_kill])
-        print(f"[kill_sweep] {' | '.join(rows[-1])}", flush=True)
-    final_log = out / "logs" / "final.log"
+        print(f"[kill_sweep] {chain.parent.name}/{chain.name} {' | '.join(rows[-1])}", flush=True)
+    final_log = logs / f"{chain.name}_final.log"
     had_checkpoint = resume_point(chain) > 0
     driver = launch(cmd, final_log)
     final_status = driver.wait(timeout=START_TIMEOUT_S * 2)
@@ -379,6 +437,29 @@ def main(argv: list[str] | None = None) -> int:
     for row, resume in zip(rows, resumes[1:], strict=False):
         row.append(resume)
     scratch = [log.name for had, log in starts if had and "resuming from" not in log.read_text(errors="replace")]
+    return rows, scratch, final_status
+
+
+def sweep_method(method: str | None, args, assets: Path, out: Path, rng: random.Random) -> tuple[list[str], bool]:
+    """The straight run, the chain of kills and, with ``--control`` and a moving teacher, the control chain of one
+    method. Returns its report lines and whether every check passed."""
+    extra = method_overrides(method) if method else []
+    teacher = teacher_of(method)
+    plan = plan_for(method, teacher)[: args.kills or None]
+    logs = out / "logs"
+    logs.mkdir(parents=True)
+    started = time.monotonic()
+    straight = out / "straight"
+    straight.mkdir()
+    print(f"[kill_sweep] {method or 'the recipe default'}: straight run of {args.steps} steps -> {straight}")
+    launch(run_command(assets, straight, args.steps, args.seed, extra), logs / "straight.log").wait()
+    if training_steps(straight / METRICS_FILE) != list(range(1, args.steps + 1)):
+        sys.exit(f"[kill_sweep] the straight run failed; see {logs / 'straight.log'}")
+
+    chain = out / "chain"
+    chain.mkdir()
+    cmd = run_command(assets, chain, args.steps, args.seed, extra)
+    rows, scratch, final_status = chain_of_kills(cmd, chain, plan, args.steps, logs, rng, teacher)
 
     logged = training_steps(chain / METRICS_FILE)
     last = f"global_step_{args.steps}"
@@ -406,10 +487,37 @@ def main(argv: list[str] | None = None) -> int:
         ),
         (f"credit dumps of steps {CREDIT_DUMP_STEPS}: one whole file each ({dumps or 'yes'})", not dumps),
     ]
+    moves = teacher is not None and teacher.changes_weights
+    if moves:
+        teacher_diff = compare_teacher_weights(straight / "checkpoints" / last, chain / "checkpoints" / last)
+        checks.append(
+            (
+                f"{last} {teacher.name} teacher weights vs the straight run's: max |diff| {teacher_diff:.3g}",
+                teacher_diff <= WEIGHTS_TOLERANCE,
+            )
+        )
+    control_rows = []
+    if args.control and moves:
+        control = out / "control"
+        control.mkdir()
+        control_cmd = run_command(assets, control, args.steps, args.seed, [*extra, "cpo.teacher_checkpoint=false"])
+        control_plan = plan[:CONTROL_KILLS]
+        control_rows, _, control_status = chain_of_kills(
+            control_cmd, control, control_plan, args.steps, logs, rng, teacher
+        )
+        control_diff = compare_teacher_weights(straight / "checkpoints" / last, control / "checkpoints" / last)
+        checks.append(
+            (
+                f"control, today's resume (cpo.teacher_checkpoint=false, {len(control_plan)} kills, exit "
+                f"{control_status}) fails the teacher check: max |diff| {control_diff:.3g}",
+                control_diff > WEIGHTS_TOLERANCE,
+            )
+        )
     header = ["#", "signal", "moment", "where it landed", "state at the kill", "what the next start did"]
+    teacher_text = f"{teacher.name} teacher" if teacher else "the recipe's default method"
     lines = [
-        f"# Kill sweep: {len(rows)} kills, {args.steps} steps, seed {args.seed}, "
-        f"{(time.monotonic() - sweep_start) / 60:.1f} min",
+        f"## {method or 'default'} ({teacher_text}): {len(rows)} kills, {args.steps} steps, seed {args.seed}, "
+        f"{(time.monotonic() - started) / 60:.1f} min",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
@@ -417,9 +525,50 @@ def main(argv: list[str] | None = None) -> int:
         "",
         *(f"- {'PASS' if ok else 'FAIL'}: {text}" for text, ok in checks),
     ]
-    (out / "kill_sweep.md").write_text("\n".join(lines) + "\n")
+    if control_rows:
+        lines += ["", "Control chain:", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(row) + " |" for row in control_rows]
+    return lines, all(ok for _, ok in checks)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("outputs/kill_sweep"))
+    parser.add_argument(
+        "--steps", type=int, default=12, help="training steps (the plan moves the run on by about 8 of them)"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--methods",
+        default="",
+        help="comma-separated methods, as the experiment names them (e.g. cpo:sdpo); empty: the recipe's default "
+        f"method with the full plan. --methods teachers: {TEACHER_METHODS}",
+    )
+    parser.add_argument("--kills", type=int, default=0, help="the first N kills of each plan (0: all)")
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="for a moving teacher, also run today's resume (cpo.teacher_checkpoint=false), which must fail the "
+        "teacher check",
+    )
+    args = parser.parse_args(argv)
+    methods = parse_methods(TEACHER_METHODS if args.methods == "teachers" else args.methods) if args.methods else [None]
+    out = args.out.resolve()
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    assets = build_tiny_assets()
+    rng = random.Random(args.seed)
+    sweep_start = time.monotonic()
+    report, all_ok = [], True
+    for method in methods:
+        folder = out / run_name(method, args.seed) if method else out
+        lines, ok = sweep_method(method, args, assets, folder, rng)
+        report += [*lines, ""]
+        all_ok &= ok
+    lines = [f"# Kill sweep: {len(methods)} method(s), {(time.monotonic() - sweep_start) / 60:.1f} min", "", *report]
+    (out / "kill_sweep.md").write_text("\n".join(lines))
     print("\n".join(lines))
-    return 0 if all(ok for _, ok in checks) else 1
+    return 0 if all_ok else 1
 
 
 if __name__ == "__main__":
