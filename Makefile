@@ -1,7 +1,8 @@
 # treetune-verl: the two commands of the README, plus a few helpers.
 #   make demo [ARGS="key=value ..."]   CPU tiny run of the main recipe (writes outputs/demo/)
 #   make experiment [ARGS="--quick ..."]  CPO vs matched GRPO on CPU (writes outputs/experiments/cpo_vs_grpo/)
-#   make kill-sweep [ARGS="--steps 6"]  kill a CPU run 24 times, resume, check no step lost (outputs/kill_sweep/)
+#   make kill-sweep [ARGS="--methods teachers --control"]  kill a CPU run 24 times (or 10 per method), resume,
+#                                       check no step, prompt or teacher lost (outputs/kill_sweep/)
 #   make test [PYTEST_ARGS=...] [TEST_WORKERS=2]  CPU test tier (pytest-xdist workers; 0 runs one process)
 #   make install-gpu ROLLOUT=vllm       GPU node: torch + serving engine + flash-attn + this project (or ROLLOUT=sglang;
 #                                       VERL=0.7.1 for that release's stack, in .venv-verl0.7.1)
@@ -98,8 +99,12 @@ experiment: $(STAMP)
 kill-sweep: $(STAMP)
 	$(PY) -m treetune_scripts.kill_sweep $(ARGS)
 
+# A worker that dies (e.g. the kernel's OOM killer) fails the run naming the test it was running, and is not replaced:
+# the other worker finishes the file it holds (each test has a time limit, pytest-timeout), then the run ends.
+# TREETUNE_MODULE_MEMORY=<file> records each module's peak memory (treetune_tests/conftest.py).
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) $$(find treetune_tests -name 'test_*_on_cpu.py' | sort)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --max-worker-restart=0 $(PYTEST_ARGS) \
+		$$(find treetune_tests -name 'test_*_on_cpu.py' | sort)
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m gpu treetune_tests

@@ -11,15 +11,28 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Shared pytest setup: GPU tests are skipped (and reported as skipped) without CUDA; the longest modules run first.
+"""Shared pytest setup: GPU tests are skipped (and reported as skipped) without CUDA; the longest modules run first;
+with ``TREETUNE_MODULE_MEMORY=<file>`` each module's peak memory is recorded.
 
 ``make test`` hands whole files to two pytest-xdist workers in collection order: starting the longest ones first keeps
 one long run from being left alone at the end (longest processing time first). :data:`LONGEST_FIRST` lists the
 modules that take minutes, longest first, by their wall time in CI; the order changes nothing but the wall time.
+
+Memory: while a module runs, a thread samples the resident memory of the test process and every process it started
+(training runs, Ray, servers) every :data:`MEMORY_SAMPLE_S` seconds, and appends the module's peak to the file as one
+JSON line. ``python -m treetune_scripts.module_memory_table <file>`` prints the table of the testing guide.
 """
+
+import json
+import os
+import threading
+import time
 
 import pytest
 import torch
+
+MEMORY_FILE_ENV = "TREETUNE_MODULE_MEMORY"
+MEMORY_SAMPLE_S = 0.5
 
 LONGEST_FIRST = (
     "test_vllm_rollout_e2e_on_cpu.py",
@@ -46,3 +59,48 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+def _tree_rss(process) -> int:
+    import psutil
+
+    total = 0
+    for member in [process, *process.children(recursive=True)]:
+        try:
+            total += member.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return total
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _record_module_memory(request):
+    """With ``TREETUNE_MODULE_MEMORY`` set: the module's peak resident memory, its process tree summed."""
+    path = os.environ.get(MEMORY_FILE_ENV)
+    if not path:
+        yield
+        return
+    import psutil
+
+    process, peak, done = psutil.Process(), [0], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], _tree_rss(process))
+            done.wait(MEMORY_SAMPLE_S)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    started = time.time()
+    sampler.start()
+    yield
+    done.set()
+    sampler.join()
+    record = {
+        "module": request.node.nodeid or request.node.name,
+        "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+        "peak_rss_mib": round(peak[0] / 2**20),
+        "start": round(started, 1),
+        "end": round(time.time(), 1),
+    }
+    with open(path, "a") as handle:
+        handle.write(json.dumps(record) + "\n")
