@@ -50,7 +50,7 @@ Usage::
     python -m treetune_scripts.kill_sweep --methods teachers --control    # make kill-sweep ARGS="--methods ..."
 
 It prints the table and writes ``<out>/kill_sweep.md``; the default is 26 starts of the trainer (about 20 minutes on 2
-cores), ``--methods teachers --control`` 46.
+cores), ``--methods teachers --control`` 42.
 """
 
 from __future__ import annotations
@@ -148,21 +148,23 @@ PLAN = [
 #: refreshed every 2 updates instead of 20 so that refreshes fall within the run), ``ema`` (SDPO's) and ``initial``.
 TEACHER_METHODS = "cpo:rlsd@teacher_refresh_steps=2,cpo:sdpo,cpo:seq_kl@teacher=initial"
 #: 10 kills for a method with a moving teacher: three right after the teacher moved (a refresh, or an EMA step), the
-#: others at the write boundaries and at random. A teacher that never moves gets ``update@+1`` for those three.
+#: others at the write boundaries and at random; the first one makes the next start resume from step 2. A teacher that
+#: never moves gets ``update@+1`` for those three.
 TEACHER_PLAN = [
+    Kill("pause:update@+3", "KILL"),
     Kill("pause:teacher_update@next", "KILL"),
     Kill("pause:checkpoint_complete@+1", "TERM"),
-    Kill("pause:update@+1", "INT"),
-    Kill("pause:teacher_update@next", "TERM"),
     Kill("pause:metrics_record@+2", "KILL"),
+    Kill("pause:teacher_update@next", "TERM"),
     Kill("pause:checkpoint_saved@+1", "KILL"),
-    Kill("random@+1", "KILL"),
+    Kill("random@+2", "KILL"),
     Kill("pause:validation@test", "TERM"),
     Kill("pause:teacher_update@next", "INT"),
     Kill("pause:checkpoint_complete@+2", "KILL"),
 ]
-#: Kills of the control chain (``--control``): enough to resume the teacher a few times.
-CONTROL_KILLS = 3
+#: The control chain's kills (``--control``): resumes from steps 3 and 5, each after a refresh (every 2 updates) and
+#: an EMA step, where a teacher that restarts from the resumed actor differs from the uninterrupted run's.
+CONTROL_PLAN = [Kill("pause:update@+4", "KILL"), Kill("pause:update@+3", "TERM")]
 
 
 def teacher_of(method: str | None):
@@ -501,14 +503,13 @@ def sweep_method(method: str | None, args, assets: Path, out: Path, rng: random.
         control = out / "control"
         control.mkdir()
         control_cmd = run_command(assets, control, args.steps, args.seed, [*extra, "cpo.teacher_checkpoint=false"])
-        control_plan = plan[:CONTROL_KILLS]
         control_rows, _, control_status = chain_of_kills(
-            control_cmd, control, control_plan, args.steps, logs, rng, teacher
+            control_cmd, control, CONTROL_PLAN, args.steps, logs, rng, teacher
         )
         control_diff = compare_teacher_weights(straight / "checkpoints" / last, control / "checkpoints" / last)
         checks.append(
             (
-                f"control, today's resume (cpo.teacher_checkpoint=false, {len(control_plan)} kills, exit "
+                f"control, today's resume (cpo.teacher_checkpoint=false, {len(CONTROL_PLAN)} kills, exit "
                 f"{control_status}) fails the teacher check: max |diff| {control_diff:.3g}",
                 control_diff > WEIGHTS_TOLERANCE,
             )
