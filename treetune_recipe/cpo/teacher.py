@@ -183,6 +183,8 @@ class Teacher:
         else:
             what = f"the actor's weights at step {step + 1}, its refresh"
         self.weights_step = int(state["weights_step"])
+        # An ema teacher's last change was the resumed step's own average: the next step reports it, as it would have.
+        self.changed_this_step = self.name == "ema" and self.weights_step == step
         seen = "averaged in through" if self.name == "ema" else "taken from the actor after"
         print(f"[cpo] resumed the {self.name} teacher at step {step}: updates {seen} step {self.weights_step}; {what}")
 

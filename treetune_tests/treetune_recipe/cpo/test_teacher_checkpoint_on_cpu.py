@@ -68,7 +68,7 @@ def update(actor: torch.nn.Module, step: int) -> None:
 def train(teacher_name: str, run_dir, *, first: int = 1, last: int = STEPS, checkpoint: bool = True):
     """Steps ``first``..``last`` as ``RayCPOTrainer`` orders the teacher's calls, from the checkpoint of ``first - 1``
     (the actor's state stands in for verl's), saving a checkpoint after every step. Returns the worker group and the
-    teacher weights each step scored with."""
+    teacher weights each step scored with, with the step's teacher metrics."""
     config = CPOConfig(teacher=teacher_name, teacher_refresh_steps=REFRESH_STEPS, teacher_checkpoint=checkpoint)
     teacher = Teacher(config.teacher_config)
     actor = starting_model()
@@ -80,7 +80,7 @@ def train(teacher_name: str, run_dir, *, first: int = 1, last: int = STEPS, chec
     scored_with = {}
     for step in range(first, last + 1):
         teacher.before_reference_pass(step, workers)
-        scored_with[step] = workers.reference.weight.detach().clone()
+        scored_with[step] = (workers.reference.weight.detach().clone(), teacher.metrics(step))
         update(workers.actor, step)
         teacher.after_update(step, workers)
         folder = run_dir / f"global_step_{step}"
@@ -97,11 +97,12 @@ def test_a_resumed_run_scores_with_the_teacher_of_the_run_it_resumes(tmp_path, t
     straight, straight_scored = train(teacher, tmp_path / "straight")
     train(teacher, tmp_path / "resumed", last=resume_after)
     resumed, resumed_scored = train(teacher, tmp_path / "resumed", first=resume_after + 1)
-    for step, weight in resumed_scored.items():
-        torch.testing.assert_close(weight, straight_scored[step], rtol=0, atol=0, msg=f"step {step}")
+    for step, (weight, metrics) in resumed_scored.items():
+        torch.testing.assert_close(weight, straight_scored[step][0], rtol=0, atol=0, msg=f"step {step}")
+        assert metrics == straight_scored[step][1], step  # cpo/teacher_weights_step, cpo/teacher_refreshed
     torch.testing.assert_close(resumed.reference.weight, straight.reference.weight, rtol=0, atol=0)
     # The schedule moved: the teacher changed during the run (the test would pass on a frozen one).
-    assert not torch.equal(straight_scored[1], straight_scored[STEPS])
+    assert not torch.equal(straight_scored[1][0], straight_scored[STEPS][0])
 
 
 @pytest.mark.parametrize("teacher", ["ema", "refreshed"])
@@ -110,7 +111,7 @@ def test_control_without_the_teachers_state_a_resume_restarts_the_teacher(tmp_pa
     _, straight_scored = train(teacher, tmp_path / "straight", checkpoint=False)
     train(teacher, tmp_path / "resumed", last=resume_after, checkpoint=False)
     _, resumed_scored = train(teacher, tmp_path / "resumed", first=resume_after + 1, checkpoint=False)
-    assert not torch.equal(resumed_scored[resume_after + 1], straight_scored[resume_after + 1])
+    assert not torch.equal(resumed_scored[resume_after + 1][0], straight_scored[resume_after + 1][0])
     assert f"the {teacher} teacher restarts from the resumed actor's weights" in capsys.readouterr().out
 
 
