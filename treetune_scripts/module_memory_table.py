@@ -14,9 +14,9 @@
 """The peak memory of each test module, from a test run with ``TREETUNE_MODULE_MEMORY=<file>`` (``treetune_tests/
 conftest.py`` writes one JSON line per module: its peak resident memory, process tree summed, and when it ran).
 
-Prints a markdown table, largest peak first: the module, its peak, its wall time, and the largest peak of a module
-that ran at the same time on the other worker, with the sum of the two (what the machine held at most while this
-module ran, over-counting pages shared between processes).
+Prints a markdown table, largest peak first: the module, its peak (its process tree's resident memory, summed, so
+shared pages count more than once), its wall time, the largest peak of a module that ran at the same time on the other
+worker, and the most memory the whole machine had in use while the module ran (total − available).
 
 Usage::
 
@@ -47,7 +47,7 @@ def beside(record: dict, records: list[dict]) -> dict | None:
 
 def table(records: list[dict]) -> list[str]:
     lines = [
-        "| module | peak (GiB) | wall (s) | largest beside it (GiB) | sum (GiB) |",
+        "| module | peak RSS (GiB) | wall (s) | largest beside it (GiB) | machine in use (GiB) |",
         "|---|---|---|---|---|",
     ]
     for record in sorted(records, key=lambda r: -r["peak_rss_mib"]):
@@ -57,7 +57,7 @@ def table(records: list[dict]) -> list[str]:
         lines.append(
             f"| {Path(record['module']).name} | {record['peak_rss_mib'] / 1024:.1f} | "
             f"{record['end'] - record['start']:.0f} | {other_text} | "
-            f"{(record['peak_rss_mib'] + other_mib) / 1024:.1f} |"
+            f"{record['machine_used_mib'] / 1024:.1f} |"
         )
     return lines
 

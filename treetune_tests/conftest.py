@@ -19,8 +19,10 @@ one long run from being left alone at the end (longest processing time first). :
 modules that take minutes, longest first, by their wall time in CI; the order changes nothing but the wall time.
 
 Memory: while a module runs, a thread samples the resident memory of the test process and every process it started
-(training runs, Ray, servers) every :data:`MEMORY_SAMPLE_S` seconds, and appends the module's peak to the file as one
-JSON line. ``python -m treetune_scripts.module_memory_table <file>`` prints the table of the testing guide.
+(training runs, Ray, servers; summed, so pages the processes share count more than once) and the memory the whole
+machine has in use (total − available: the other worker's module included) every :data:`MEMORY_SAMPLE_S` seconds,
+and appends the module's two peaks to the file as one JSON line. ``python -m treetune_scripts.module_memory_table
+<file>`` prints the table of the testing guide.
 """
 
 import json
@@ -82,11 +84,13 @@ def _record_module_memory(request):
         return
     import psutil
 
-    process, peak, done = psutil.Process(), [0], threading.Event()
+    process, peak, machine_peak, done = psutil.Process(), [0], [0], threading.Event()
 
     def sample():
         while not done.is_set():
             peak[0] = max(peak[0], _tree_rss(process))
+            memory = psutil.virtual_memory()
+            machine_peak[0] = max(machine_peak[0], memory.total - memory.available)
             done.wait(MEMORY_SAMPLE_S)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -99,6 +103,7 @@ def _record_module_memory(request):
         "module": request.node.nodeid or request.node.name,
         "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
         "peak_rss_mib": round(peak[0] / 2**20),
+        "machine_used_mib": round(machine_peak[0] / 2**20),
         "start": round(started, 1),
         "end": round(time.time(), 1),
     }

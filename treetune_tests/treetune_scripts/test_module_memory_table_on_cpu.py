@@ -24,7 +24,8 @@ from treetune_scripts.module_memory_table import beside, table
 
 
 def record(module, worker, peak, start, end):
-    return {"module": module, "worker": worker, "peak_rss_mib": peak, "start": start, "end": end}
+    return {"module": module, "worker": worker, "peak_rss_mib": peak, "machine_used_mib": 2 * peak, "start": start,
+            "end": end}  # fmt: skip
 
 
 def test_a_module_is_paired_with_the_largest_overlapping_module_of_the_other_worker():
@@ -39,7 +40,7 @@ def test_a_module_is_paired_with_the_largest_overlapping_module_of_the_other_wor
     assert beside(records[2], records)["module"] == "a.py"
     rows = table(records)
     assert rows[2].startswith("| d.py | 9.8 |")  # largest peak first
-    assert "| a.py | 4.0 | 100 | 8.0 (c.py) | 12.0 |" in rows
+    assert "| a.py | 4.0 | 100 | 8.0 (c.py) | 8.0 |" in rows
 
 
 def test_the_conftest_records_a_modules_peak_with_its_children(tmp_path):
@@ -63,4 +64,5 @@ def test_the_conftest_records_a_modules_peak_with_its_children(tmp_path):
     recorded = json.loads(line)
     assert recorded["module"].endswith("test_child_on_cpu.py")
     assert recorded["peak_rss_mib"] >= 300  # the child's 300 MiB counted
+    assert recorded["machine_used_mib"] >= 300
     assert recorded["end"] - recorded["start"] >= 2
