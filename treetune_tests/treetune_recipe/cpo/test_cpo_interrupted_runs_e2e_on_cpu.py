@@ -15,15 +15,16 @@
 
 One scenario, shared by the assertions (each run costs about a minute). Both kills land at exact moments: each run
 pauses at a pause point (``treetune_verl.fault_points``) and the test signals it there, so nothing depends on timing.
-The runs train on 8 prompts, 4 per step: every second step ends an epoch.
+The runs train on 8 prompts, 4 per step (every second step ends an epoch), with an ``ema`` teacher (SDPO's), which the
+checkpoints keep.
 
 1. run A trains with a checkpoint every step and pauses the moment it is about to write step 3's metrics record, its
    checkpoint marked complete (the window that once lost a step for good). A second run on the same folder is started
    there (it must stop at start-up, naming A), then A gets SIGTERM;
 2. run B resumes the same folder and metrics file. It must not resume from step 3's checkpoint, whose step has no
    record, but from step 2's, the end of the first epoch, and train step 3 again: the first step of the second epoch,
-   on the prompts and with the responses A had there. It pauses in the middle of step 4 (before the actor update) and
-   gets SIGINT.
+   on the prompts and with the responses A had there, with A's teacher. It pauses in the middle of step 4 (before the
+   actor update) and gets SIGINT.
 
 After each signal, every process A or B had started (Ray's included) must be gone. The kill sweep
 (``treetune_scripts/kill_sweep.py``) kills at many more moments; this module keeps CI to its two runs.
@@ -42,6 +43,7 @@ import pytest
 import torch
 
 from treetune_recipe.cpo.cpu_run import cpo_cpu_command
+from treetune_recipe.cpo.teacher import TEACHER_DIR
 from treetune_verl.fault_points import pause_overrides
 from treetune_verl.metrics_history import training_steps
 from treetune_verl.run_folder import COMPLETE_MARKER, LOCK_FILE
@@ -61,6 +63,7 @@ OWN_RAY_ENV = {**os.environ, "RAY_ADDRESS": "local", "PYTHONUNBUFFERED": "1"}
 def command(assets_dir: Path, run_dir: Path, pause_at: tuple[str, int], rollouts: str = "rollouts") -> list[str]:
     overrides = [
         "actor_rollout_ref.rollout.n=4",
+        "cpo.teacher=ema",  # a teacher that moves every step: B must resume it from step 2's checkpoint
         f"data.train_max_samples={PROMPTS}",
         "data.seed=0",  # the same 8 prompts at every start (the preflight refuses a random subset without a seed)
         f"trainer.total_epochs={STEPS}",
@@ -133,7 +136,8 @@ def interrupted_runs(tmp_path_factory):
     metrics_a = (run_dir / METRICS_FILE).read_text()
     killed_step_folder = run_dir / "checkpoints" / f"global_step_{KILLED_STEP}"
     marked_after_a = (killed_step_folder / COMPLETE_MARKER).is_file()
-    shutil.copytree(killed_step_folder / "actor", run_dir / "a_actor_after_the_killed_step")  # B saves over it
+    for part in ("actor", TEACHER_DIR):  # B saves over them
+        shutil.copytree(killed_step_folder / part, run_dir / f"a_{part}_after_the_killed_step")
     b_status, b_survivors, _ = run_until_paused_then_signal(
         command(assets_dir, run_dir, ("update", KILLED_STEP + 1), rollouts="rollouts_b"),
         run_dir,
@@ -216,18 +220,28 @@ def test_row5_a_resume_at_an_epoch_boundary_trains_on_the_prompts_and_responses_
     first_epoch_start = {prompt for prompt, _ in rollout_rows(run_dir, "rollouts_a", 1)}
     assert first_epoch_start != {prompt for prompt, _ in a_rows}
     assert "step 2 ends epoch 1: epoch 2 is shuffled as in an uninterrupted run" in (run_dir / "b.log").read_text()
-    # So B's update of step 3 gave A's weights, within the trainer's fp32 noise.
-    a_weights = actor_weights(run_dir / "a_actor_after_the_killed_step")
-    b_weights = actor_weights(run_dir / "checkpoints" / f"global_step_{KILLED_STEP}" / "actor")
-    assert a_weights.keys() == b_weights.keys() and a_weights
-    for name, tensor in a_weights.items():
-        torch.testing.assert_close(b_weights[name], tensor, rtol=0, atol=1e-5, msg=name)
+    # B resumed the ema teacher of step 2 (not the resumed actor), so its update and its EMA step of step 3 gave A's
+    # actor and teacher weights, within the trainer's fp32 noise.
+    assert (
+        "[cpo] resumed the ema teacher at step 2: updates averaged in through step 2" in (run_dir / "b.log").read_text()
+    )
+    killed_step = run_dir / "checkpoints" / f"global_step_{KILLED_STEP}"
+    for part in ("actor", TEACHER_DIR):
+        a_weights = shard_weights(run_dir / f"a_{part}_after_the_killed_step")
+        b_weights = shard_weights(killed_step / part)
+        assert a_weights.keys() == b_weights.keys() and a_weights, part
+        for name, tensor in a_weights.items():
+            torch.testing.assert_close(b_weights[name], tensor, rtol=0, atol=1e-6, msg=f"{part} {name}")
+    # Control: the teacher moved, so a teacher restarted from the resumed actor would differ from it.
+    a_actor_step_2 = shard_weights(run_dir / "checkpoints" / "global_step_2" / "actor")
+    a_teacher_step_2 = shard_weights(run_dir / "checkpoints" / "global_step_2" / TEACHER_DIR)
+    assert max(float((a_teacher_step_2[name] - a_actor_step_2[name]).abs().max()) for name in a_teacher_step_2) > 1e-6
 
 
-def actor_weights(actor_folder: Path) -> dict:
-    """The actor's model tensors of a checkpoint (every rank's shard, each tensor local)."""
+def shard_weights(folder: Path) -> dict:
+    """The model tensors of a checkpoint's actor or teacher folder (every rank's shard, each tensor local)."""
     weights = {}
-    for shard in sorted(actor_folder.glob("model_world_size_*.pt")):
+    for shard in sorted(folder.glob("model_world_size_*.pt")):
         for name, value in torch.load(shard, map_location="cpu", weights_only=False).items():
             weights[f"{shard.name}:{name}"] = (value.to_local() if hasattr(value, "to_local") else value).float()
     return weights
