@@ -120,12 +120,15 @@ class CompleteCheckpointsMixin:
         else:
             folder = os.path.abspath(os.path.join(trainer.default_local_dir, f"global_step_{self.global_steps}"))
         self._load_extra_checkpoint_state(folder)
+        self._continue_data_order(os.path.join(folder, DATA_STATE_FILE))
+        return result
+
+    def _continue_data_order(self, data_state: str) -> None:
+        """When the resumed step ends an epoch, restore that epoch's end from ``data_state`` (verl restores it
+        within an epoch itself) and say so."""
         steps_per_epoch = len(self.train_dataloader)
-        if steps_per_epoch == 0 or self.global_steps % steps_per_epoch:
-            return result
-        data_state = os.path.join(folder, DATA_STATE_FILE)
-        if not os.path.exists(data_state):
-            return result  # verl has said that the data starts from scratch
+        if steps_per_epoch == 0 or self.global_steps % steps_per_epoch or not os.path.exists(data_state):
+            return  # within an epoch, or no data state (verl has said that the data starts from scratch)
         skipped = finish_saved_epoch(self.train_dataloader, data_state)
         epoch = self.global_steps // steps_per_epoch
         if skipped:
@@ -140,7 +143,6 @@ class CompleteCheckpointsMixin:
                 f"[run_folder] step {self.global_steps} ends epoch {epoch}: epoch {epoch + 1} is shuffled as in an "
                 f"uninterrupted run (sampler state of {data_state})"
             )
-        return result
 
     def _save_extra_checkpoint_state(self, folder: str) -> None:
         """What a recipe adds to the checkpoint ``folder`` after verl's save and before the folder is marked complete
