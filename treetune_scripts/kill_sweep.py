@@ -70,7 +70,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-import torch
 import yaml
 
 from treetune_recipe.cpo.cpu_run import cpo_cpu_command
@@ -80,6 +79,7 @@ from treetune_verl.clean_exit import kill_processes
 from treetune_verl.fault_points import pause_overrides
 from treetune_verl.metrics_history import read_metrics, training_steps
 from treetune_verl.run_folder import checkpoint_steps, is_complete_checkpoint
+from treetune_verl.run_outputs import max_difference, rollout_rows, shard_tensors
 from treetune_verl.tiny_assets import build_tiny_assets
 from treetune_verl.tiny_run import METRICS_FILE
 
@@ -332,22 +332,6 @@ def one_kill(
     return landed, at_kill + ("" if after == at_kill else f"; after the exit: {after}")
 
 
-def shard_tensors(folder: Path) -> dict[str, object]:
-    """Every tensor of the ``model*.pt`` shard files in ``folder`` (a checkpoint's actor or teacher), each local."""
-    tensors = {}
-    for path in sorted(folder.glob("model*.pt")):
-        for name, value in torch.load(path, map_location="cpu", weights_only=False).items():
-            tensors[f"{path.name}:{name}"] = value.to_local() if hasattr(value, "to_local") else value
-    return tensors
-
-
-def max_difference(left: dict, right: dict) -> float:
-    """Max absolute difference between two sets of named tensors (inf when either is empty or their names differ)."""
-    if not left or left.keys() != right.keys():
-        return float("inf")
-    return max(float((left[k].float() - right[k].float()).abs().max()) for k in left)
-
-
 def compare_weights(a: Path, b: Path) -> float:
     """Max absolute difference between the actor's model tensors of two checkpoint folders."""
     return max_difference(shard_tensors(a / "actor"), shard_tensors(b / "actor"))
@@ -371,20 +355,12 @@ def compare_metrics(a: Path, b: Path) -> tuple[float, int]:
     return max(diffs, default=float("inf")), len(diffs)
 
 
-def rollout_rows(run_dir: Path, step: int) -> list[tuple[str, str]]:
-    """(prompt, response) of each row of a step's rollout batch, in the trainer's row order ([] without a dump)."""
-    path = run_dir / ROLLOUTS / f"{step}.jsonl"
-    if not path.exists():
-        return []
-    return [(row["input"], row["output"]) for row in map(json.loads, path.read_text().splitlines())]
-
-
 def compare_rollouts(a: Path, b: Path, steps: int) -> tuple[list[int], list[int], int]:
     """The steps whose prompts (in row order) differ between two runs, those whose responses differ, and how many
     rows were compared."""
     prompts_differ, responses_differ, rows = [], [], 0
     for step in range(1, steps + 1):
-        left, right = rollout_rows(a, step), rollout_rows(b, step)
+        left, right = rollout_rows(a / ROLLOUTS, step), rollout_rows(b / ROLLOUTS, step)
         rows += len(left)
         if not left or [prompt for prompt, _ in left] != [prompt for prompt, _ in right]:
             prompts_differ.append(step)

@@ -63,18 +63,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
 
 
-def _tree_rss(process) -> int:
-    import psutil
-
-    total = 0
-    for member in [process, *process.children(recursive=True)]:
-        try:
-            total += member.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return total
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _record_module_memory(request):
     """With ``TREETUNE_MODULE_MEMORY`` set: the module's peak resident memory, its process tree summed."""
@@ -84,11 +72,13 @@ def _record_module_memory(request):
         return
     import psutil
 
+    from treetune_verl.tiny_run import tree_rss
+
     process, peak, machine_peak, done = psutil.Process(), [0], [0], threading.Event()
 
     def sample():
         while not done.is_set():
-            peak[0] = max(peak[0], _tree_rss(process))
+            peak[0] = max(peak[0], tree_rss(process))
             memory = psutil.virtual_memory()
             machine_peak[0] = max(machine_peak[0], memory.total - memory.available)
             done.wait(MEMORY_SAMPLE_S)

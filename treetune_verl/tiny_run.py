@@ -115,8 +115,9 @@ class TrainingRun:
 LEFTOVER_GRACE_S = 10.0
 
 
-def _tree_rss(root, seen: dict) -> int:
-    """Resident memory of ``root`` and its descendants; adds each descendant to ``seen`` (keyed by pid and start)."""
+def tree_rss(root, seen: dict | None = None) -> int:
+    """Resident memory of the psutil process ``root`` and its descendants, summed; adds each descendant to ``seen``
+    (keyed by pid and start) when given."""
     import psutil
 
     total = 0
@@ -127,7 +128,7 @@ def _tree_rss(root, seen: dict) -> int:
     for process in processes:
         try:
             total += process.memory_info().rss
-            if process is not root:
+            if process is not root and seen is not None:
                 seen.setdefault((process.pid, process.create_time()), process)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
@@ -245,7 +246,7 @@ def launch_training(
                         echo(line.rstrip("\n"))
                 now = time.monotonic()
                 if now - last_sample >= sample_s:
-                    peak = max(peak, _tree_rss(root, seen))
+                    peak = max(peak, tree_rss(root, seen))
                     last_sample = now
                 if exited_at is None and process.poll() is not None:
                     exited_at = now

@@ -30,7 +30,6 @@ After each signal, every process A or B had started (Ray's included) must be gon
 (``treetune_scripts/kill_sweep.py``) kills at many more moments; this module keeps CI to its two runs.
 """
 
-import json
 import os
 import shutil
 import signal
@@ -47,6 +46,7 @@ from treetune_recipe.cpo.teacher import TEACHER_DIR
 from treetune_verl.fault_points import pause_overrides
 from treetune_verl.metrics_history import training_steps
 from treetune_verl.run_folder import COMPLETE_MARKER, LOCK_FILE
+from treetune_verl.run_outputs import max_difference, rollout_rows, shard_tensors
 from treetune_verl.tiny_assets import build_tiny_assets
 from treetune_verl.tiny_run import METRICS_FILE
 
@@ -198,26 +198,23 @@ def test_row3_resume_keeps_the_metrics_history_and_the_killed_runs_log(interrupt
     assert f"resuming from {run_dir / 'checkpoints' / 'global_step_2'}" in b_log
 
 
-def rollout_rows(run_dir: Path, rollouts: str, step: int) -> list[tuple[str, str]]:
-    """The (prompt, response) text of each row of a step's rollout batch, in the trainer's row order."""
-    lines = (run_dir / rollouts / f"{step}.jsonl").read_text().splitlines()
-    return [(row["input"], row["output"]) for row in map(json.loads, lines)]
-
-
 @pytest.mark.e2e
 @pytest.mark.timeout(3 * STEP_TIMEOUT_S)
 def test_row5_a_resume_at_an_epoch_boundary_trains_on_the_prompts_and_responses_of_the_run_it_resumes(
     interrupted_runs,
 ):
     run_dir = interrupted_runs["run_dir"]
-    a_rows, b_rows = rollout_rows(run_dir, "rollouts_a", KILLED_STEP), rollout_rows(run_dir, "rollouts_b", KILLED_STEP)
+    a_rows, b_rows = (
+        rollout_rows(run_dir / "rollouts_a", KILLED_STEP),
+        rollout_rows(run_dir / "rollouts_b", KILLED_STEP),
+    )
     assert len(a_rows) == 4 * 4
     # B's step 3, the first of the second epoch, has A's prompts in A's order, and A's sampled responses.
     assert [prompt for prompt, _ in b_rows] == [prompt for prompt, _ in a_rows]
     assert b_rows == a_rows
     # Control: verl's own resume at this boundary shuffles the second epoch from data.seed again, so its step 3
     # would draw step 1's prompts; they are not step 3's.
-    first_epoch_start = {prompt for prompt, _ in rollout_rows(run_dir, "rollouts_a", 1)}
+    first_epoch_start = {prompt for prompt, _ in rollout_rows(run_dir / "rollouts_a", 1)}
     assert first_epoch_start != {prompt for prompt, _ in a_rows}
     assert "step 2 ends epoch 1: epoch 2 is shuffled as in an uninterrupted run" in (run_dir / "b.log").read_text()
     # B resumed the ema teacher of step 2 (not the resumed actor), so its update and its EMA step of step 3 gave A's
@@ -227,24 +224,15 @@ def test_row5_a_resume_at_an_epoch_boundary_trains_on_the_prompts_and_responses_
     )
     killed_step = run_dir / "checkpoints" / f"global_step_{KILLED_STEP}"
     for part in ("actor", TEACHER_DIR):
-        a_weights = shard_weights(run_dir / f"a_{part}_after_the_killed_step")
-        b_weights = shard_weights(killed_step / part)
+        a_weights = shard_tensors(run_dir / f"a_{part}_after_the_killed_step")
+        b_weights = shard_tensors(killed_step / part)
         assert a_weights.keys() == b_weights.keys() and a_weights, part
         for name, tensor in a_weights.items():
-            torch.testing.assert_close(b_weights[name], tensor, rtol=0, atol=1e-6, msg=f"{part} {name}")
+            torch.testing.assert_close(b_weights[name].float(), tensor.float(), rtol=0, atol=1e-6, msg=f"{part} {name}")
     # Control: the teacher moved, so a teacher restarted from the resumed actor would differ from it.
-    a_actor_step_2 = shard_weights(run_dir / "checkpoints" / "global_step_2" / "actor")
-    a_teacher_step_2 = shard_weights(run_dir / "checkpoints" / "global_step_2" / TEACHER_DIR)
-    assert max(float((a_teacher_step_2[name] - a_actor_step_2[name]).abs().max()) for name in a_teacher_step_2) > 1e-6
-
-
-def shard_weights(folder: Path) -> dict:
-    """The model tensors of a checkpoint's actor or teacher folder (every rank's shard, each tensor local)."""
-    weights = {}
-    for shard in sorted(folder.glob("model_world_size_*.pt")):
-        for name, value in torch.load(shard, map_location="cpu", weights_only=False).items():
-            weights[f"{shard.name}:{name}"] = (value.to_local() if hasattr(value, "to_local") else value).float()
-    return weights
+    a_actor_step_2 = shard_tensors(run_dir / "checkpoints" / "global_step_2" / "actor")
+    a_teacher_step_2 = shard_tensors(run_dir / "checkpoints" / "global_step_2" / TEACHER_DIR)
+    assert max(max_difference({n: a_teacher_step_2[n]}, {n: a_actor_step_2[n]}) for n in a_teacher_step_2) > 1e-6
 
 
 @pytest.mark.e2e
