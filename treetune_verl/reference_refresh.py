@@ -26,24 +26,29 @@ verl (0.9.1 and 0.7.1, engine workers) builds the reference policy inside ``Acto
 - ``save_reference_weights(folder)`` / ``load_reference_weights(folder)``: every rank writes or reads the local shards
   of the reference's parameters (``model_world_size_<W>_rank_<r>.pt``), so a moving teacher can be checkpointed
   (verl checkpoints the actor only);
-- ``compute_topk_log_prob`` / ``compute_ref_topk_log_prob`` (verl 0.9.x only), the distribution-level twins of verl's
-  ``compute_log_prob`` / ``compute_ref_log_prob``, with the same dispatch: per response token the model's top-k ids
-  and log-probs, or the log-probs at given ids (:mod:`treetune_verl.distribution_pass`).
+- ``set_loss_fn_with_teacher(loss_fn, teacher)`` (verl 0.9.x only): installs the actor's loss with the teacher's
+  forward bound to it (``loss_fn(..., teacher=UpdateTeacher)``, :mod:`treetune_verl.update_teacher`): the reference's
+  engine, or the actor's own for a ``policy`` teacher, run per update micro-batch beside the student; ``update_actor``
+  then holds an offloaded reference on the device for the whole update (one load and one offload per step).
 
 A recipe maps its actor role to this class in its TaskRunner's ``add_actor_rollout_worker``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from functools import partial
 
 import torch
-from tensordict import TensorDict
 from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from verl.utils import tensordict_utils as tu
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
-from treetune_verl.distribution_pass import topk_log_probs_from_request
+from treetune_verl.update_teacher import UpdateTeacher
+
+#: Which model a loss's in-update teacher runs (``set_loss_fn_with_teacher``): verl's reference, or the actor itself.
+TEACHER_MODELS = ("reference", "actor")
 
 
 def local_shard(tensor: torch.Tensor) -> torch.Tensor:
@@ -165,27 +170,52 @@ class RefreshableReferenceWorker(ActorRolloutRefWorker):
         module = self._reference_module("load_reference_weights")
         return load_local_shards(module, shard_file(folder, *_rank_and_world_size()))
 
-    def _with_routing_replay(self, data: TensorDict, enabled: bool) -> None:
-        # SYNC WARNING: verl/workers/engine_workers.py:_with_routing_replay_flag (0.9.1 l.62-74: what verl's
-        # compute_log_prob (enabled) and compute_ref_log_prob (disabled) add to their request)
-        if getattr(self, "enable_routing_replay", False):
-            tu.assign_non_tensor_data(data, "enable_routing_replay", enabled)
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def set_loss_fn_with_teacher(self, loss_fn, teacher: str) -> None:
+        """Install ``partial(loss_fn, teacher=UpdateTeacher(...))`` on the actor: the loss runs the teacher's forward on
+        each update micro-batch, on this worker. ``teacher``: ``reference`` (verl's reference model; with LoRA and no
+        reference worker, the actor without its adapter) or ``actor`` (the student's own module, no-grad)."""
+        if teacher not in TEACHER_MODELS:
+            raise ValueError(f"set_loss_fn_with_teacher: teacher must be one of {TEACHER_MODELS}, got {teacher!r}")
+        # SYNC WARNING: verl/workers/engine_workers.py:ActorRolloutRefWorker.init_model (0.9.1 l.543-588: self.actor and
+        # self.ref are TrainingWorkers in this process; self.ref is None with a LoRA reference inside the actor)
+        if teacher == "actor":
+            bound = UpdateTeacher(self.actor.engine, name="policy teacher (the actor, no-grad)")
+        elif self.ref is not None:
+            bound = UpdateTeacher(self.ref.engine, name="reference teacher")
+        elif self.config.model.get("lora_rank", 0) > 0 or self.config.model.get("lora_adapter_path") is not None:
+            bound = UpdateTeacher(self.actor.engine, without_adapter=True, name="reference teacher (actor, no adapter)")
+        else:
+            raise RuntimeError(
+                "a reference teacher needs verl's reference model in this worker (role actor_rollout_ref: "
+                "actor_rollout_ref.actor.use_kl_loss=true) or a LoRA actor; this worker has role " + repr(self.role)
+            )
+        self.update_teacher = bound
+        self.actor.set_loss_fn(partial(loss_fn, teacher=bound))
 
-    # SYNC WARNING: verl/workers/engine_workers.py:ActorRolloutRefWorker.compute_log_prob (0.9.1 l.700-706, mesh
-    # "actor") and compute_ref_log_prob (0.9.1 l.693-698, mesh "ref"): the same dispatch and output handling.
+    def _reference_teacher_on_device(self):
+        """With a reference teacher bound, a context holding the reference on the device, in eval mode (an offloaded
+        reference is loaded on enter and offloaded on exit); else a no-op context."""
+        teacher = getattr(self, "update_teacher", None)
+        if teacher is None or self.ref is None or teacher.engine is not self.ref.engine:
+            return contextlib.nullcontext()
+        # SYNC WARNING: verl/workers/engine/base.py:BaseEngineCtx (0.9.1 l.300-335: eval_mode loads an offloaded
+        # model's parameters on enter and offloads them on exit)
+        return self.ref.engine.eval_mode()
+
+    # SYNC WARNING: verl/workers/engine_workers.py:ActorRolloutRefWorker.update_actor and compute_log_prob (0.9.1
+    # l.700-716: the same dispatch, mesh "actor")
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
-    def compute_topk_log_prob(self, data: TensorDict) -> TensorDict:
-        """The actor's old-log-prob pass plus ``topk_ids`` / ``topk_log_probs [B, T, k]`` (request keys:
-        ``treetune_verl.distribution_pass.TOPK_K`` and optionally ``TOPK_IDS``)."""
-        self._with_routing_replay(data, True)
-        output = topk_log_probs_from_request(self.actor, data)
-        return output.cpu() if output is not None else None
+    def update_actor(self, data):
+        """verl's update; with a reference teacher bound, the reference stays on the device for the whole update."""
+        with self._reference_teacher_on_device():
+            return super().update_actor(data)
 
-    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="ref"))
-    def compute_ref_topk_log_prob(self, data: TensorDict) -> TensorDict:
-        """The reference's pass of :meth:`compute_topk_log_prob`."""
-        if self.ref is None:
-            raise RuntimeError(f"compute_ref_topk_log_prob needs the reference inside this worker; role {self.role!r}")
-        self._with_routing_replay(data, False)
-        output = topk_log_probs_from_request(self.ref, data)
-        return output.cpu() if output is not None else None
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
+    def compute_log_prob(self, data):
+        """verl's actor pass; when the request hands the logits to the loss (the credit dump's pass), the bound
+        reference teacher is on the device for it, as in the update."""
+        if not tu.get_non_tensor_data(data=data, key="distillation_use_topk", default=False):
+            return super().compute_log_prob(data)
+        with self._reference_teacher_on_device():
+            return super().compute_log_prob(data)

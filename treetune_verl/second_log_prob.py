@@ -35,11 +35,9 @@ What :func:`score_batch` does, and why each step is there:
 4. sends verl's request of the old-log-prob pass (no padding, ``compute_loss=False``), with the entropy only when
    asked for and without verl 0.9.1's sum of squared probabilities; with the parameters resident (FSDP without
    ``param_offload``) it skips the engine's offload switch, whose only effect then is a ``gc.collect()``;
-5. with ``topk`` or ``topk_ids`` (verl 0.9.x only), sends the same request to the distribution-level twin of the
-   method (``compute_topk_log_prob`` / ``compute_ref_topk_log_prob`` of
-   ``treetune_verl.reference_refresh.RefreshableReferenceWorker``), which returns, from the same forward, the
-   log-probs, the entropy and per response token the model's top-k ids and log-probs (or the log-probs at the given
-   ids; the ids follow their rows through padding and balancing).
+5. with ``loss_outputs`` (verl 0.9.x only), asks the engine to hand the logits to the worker's installed loss
+   (``distillation_use_topk``, ``compute_loss``, with the caller's ``loss_flags``) and returns the per-token outputs
+   of the loss's logits call named there, from the same forward (e.g. the credit dump's teacher top ids).
 
 The worker keeps its own batching knobs (dynamic batch size and token budget, or fixed micro-batches): nothing here
 sets them, so the pass costs what the tokens scored cost.
@@ -55,7 +53,7 @@ from verl.protocol import pad_dataproto_to_divisor
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
-from treetune_verl.distribution_pass import TOPK_IDS, TOPK_K, check_distribution_support
+from treetune_verl.distribution_pass import check_distribution_support
 
 __all__ = ["SCORERS", "Scores", "score_batch"]
 
@@ -70,8 +68,7 @@ class Scores(NamedTuple):
 
     log_probs: torch.Tensor  #: ``[N, T]`` float32, log-prob of each response token
     entropy: torch.Tensor | None  #: ``[N, T]`` float32 token entropy when asked for, else None
-    topk_ids: torch.Tensor | None = None  #: ``[N, T, k]`` int64 ids scored (top-k or the given ids), else None
-    topk_log_probs: torch.Tensor | None = None  #: ``[N, T, k]`` float32 full-vocabulary log-probs at ``topk_ids``
+    loss_outputs: dict[str, torch.Tensor] | None = None  #: name -> ``[N, T]`` float32, the loss's per-token outputs
 
 
 def score_batch(
@@ -80,8 +77,8 @@ def score_batch(
     *,
     on: str = "actor",
     entropy: bool = False,
-    topk: int | None = None,
-    topk_ids: torch.Tensor | None = None,
+    loss_outputs: tuple[str, ...] = (),
+    loss_flags: dict | None = None,
 ) -> Scores:
     """Score ``batch``'s responses with the actor or the reference model, as verl's old-log-prob pass does.
 
@@ -94,27 +91,18 @@ def score_batch(
         on: ``"actor"`` (the current policy) or ``"reference"`` (verl's reference model; with LoRA, the actor
             without its adapter).
         entropy: also return the token entropy (the old-log-prob pass's ``entropys``).
-        topk: also return, per response token, the model's ``topk`` most likely ids and their log-probs over the
-            whole vocabulary (sorted descending; 0 or the vocabulary size gives every id); None: not asked for.
-        topk_ids: ``[N, T, k]`` int64 ids (caller's row order, padded response layout) whose log-probs to return
-            instead of the model's own top-k.
+        loss_outputs: per-token model outputs of the worker's installed loss to return (its logits call, which the
+            engine then makes); empty: the loss is not called.
+        loss_flags: non-tensor request flags for that loss.
 
     Returns:
-        :class:`Scores`: ``log_probs [N, T]``, ``entropy [N, T]`` (None unless asked for) and ``topk_ids`` /
-        ``topk_log_probs [N, T, k]`` (None unless asked for), on the CPU.
+        :class:`Scores`: ``log_probs [N, T]``, ``entropy [N, T]`` (None unless asked for) and ``loss_outputs``
+        (None unless asked for), on the CPU.
     """
     if on not in SCORERS:
         raise ValueError(f"score_batch(on={on!r}): valid values: {', '.join(SCORERS)}.")
-    with_topk = topk is not None or topk_ids is not None
-    if topk is not None and topk < 0:
-        raise ValueError(f"score_batch(topk={topk}): the number of ids per token must be >= 0")
-    if with_topk:
+    if loss_outputs:
         check_distribution_support()
-    if topk_ids is not None and tuple(topk_ids.shape[:2]) != tuple(batch.batch["responses"].shape):
-        raise ValueError(
-            f"score_batch(topk_ids=): shape {tuple(topk_ids.shape)} must be [N, T, k] over responses "
-            f"{tuple(batch.batch['responses'].shape)}"
-        )
     actor_rollout_ref = trainer.config.actor_rollout_ref
     lora_reference = on == "reference" and trainer.ref_in_actor
     # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._compute_ref_log_prob (0.9.1 l.1266-1288, 0.7.1
@@ -141,10 +129,6 @@ def score_batch(
     # SYNC WARNING: verl/protocol.py:pad_dataproto_to_divisor (0.9.1 l.74, 0.7.1 l.73) repeats the first rows, and
     # returns its input itself when no row is needed; DataProto.reorder (0.9.1 l.960, 0.7.1 l.962, used by
     # _balance_batch) works in place: balance a shallow copy, never the caller's batch.
-    if topk_ids is not None:
-        # the ids ride along as a column, so padding and balancing move them with their rows
-        batch = DataProto(batch=batch.batch.copy(), non_tensor_batch=batch.non_tensor_batch, meta_info=batch.meta_info)
-        batch.batch[TOPK_IDS] = topk_ids.long()
     padded, _ = pad_dataproto_to_divisor(batch, divisor)
     padded = DataProto(
         batch=padded.batch.copy(), non_tensor_batch=dict(padded.non_tensor_batch), meta_info=dict(padded.meta_info)
@@ -160,7 +144,9 @@ def score_batch(
     # sends calculate_sum_pi_squared, read like calculate_entropy by the engine's forward, 0.9.1
     # verl/workers/engine/fsdp/transformer_impl.py l.1336, 0.7.1 l.996)
     request = left_right_2_no_padding(padded.to_tensordict())
-    tu.assign_non_tensor(request, calculate_entropy=entropy, calculate_sum_pi_squared=False, compute_loss=False)
+    tu.assign_non_tensor(
+        request, calculate_entropy=entropy, calculate_sum_pi_squared=False, compute_loss=bool(loss_outputs)
+    )
     if lora_reference:
         tu.assign_non_tensor(request, no_lora_adapter=True)
     if model.strategy in ("fsdp", "fsdp2") and not model.fsdp_config.get("param_offload", False):
@@ -168,11 +154,12 @@ def score_batch(
         # is read by TrainingWorker.infer_batch, verl/workers/engine_workers.py 0.9.1 l.402, 0.7.1 l.358): with
         # resident parameters the eval-mode switch only collects garbage, which the plain pass of the step has done.
         tu.assign_non_tensor(request, disable_auto_offload=True)
-    if with_topk:
-        tu.assign_non_tensor(request, **{TOPK_K: topk or 0})
-        method = "compute_ref_topk_log_prob" if mesh == "ref" else "compute_topk_log_prob"
-    else:
-        method = "compute_ref_log_prob" if mesh == "ref" else "compute_log_prob"
+    if loss_outputs:
+        # SYNC WARNING: verl/workers/engine_workers.py:TrainingWorker.infer_batch (0.9.1 l.398-441: the installed
+        # loss runs when compute_loss is set) and verl/workers/engine/utils.py:postprocess_batch_func (every model
+        # output of the hook comes back, in the request's row order)
+        tu.assign_non_tensor(request, distillation_use_topk=True, distillation_only=False, **(loss_flags or {}))
+    method = "compute_ref_log_prob" if mesh == "ref" else "compute_log_prob"
     output = getattr(worker_group, method)(request)
 
     def in_caller_order(values: torch.Tensor) -> torch.Tensor:
@@ -183,11 +170,5 @@ def score_batch(
     def per_token(name: str) -> torch.Tensor:
         return in_caller_order(no_padding_2_padding(tu.get(output, name), request).float())
 
-    if not with_topk:
-        return Scores(per_token("log_probs"), per_token("entropy") if entropy else None)
-    return Scores(
-        per_token("log_probs"),
-        per_token("entropy") if entropy else None,
-        in_caller_order(output["topk_ids"].long()),
-        in_caller_order(output["topk_log_probs"].float()),
-    )
+    extra = {name: per_token(name) for name in loss_outputs} if loss_outputs else None
+    return Scores(per_token("log_probs"), per_token("entropy") if entropy else None, extra)

@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 from treetune_recipe.cpo.cpo_core_algos import DIFFICULTY_MODES, LOSS_POSITIONS
 from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig
 from treetune_recipe.cpo.cpo_hint import HintConfig
+from treetune_recipe.cpo.cpo_loss import TOKEN_LOSS_AGGS
 from treetune_recipe.cpo.cpo_terms import DEFAULT_SUCCESS_VALUE
 from treetune_recipe.cpo.method_registry import all_methods, get_method
 from treetune_recipe.cpo.methods import Method
@@ -105,6 +106,22 @@ class _SharedKnobs:
             "run's last checkpoint keeps the teacher, and a resume restarts it from the resumed actor."
         },
     )
+    drift_metrics: bool = field(
+        default=False,
+        metadata={
+            "help": "Run verl's reference log-prob pass at every step even when nothing reads it (a KL loss of weight "
+            "0, the peers' published setting), to log treetune/drift/* (the rollout policy's distance from the "
+            "reference); false: the pass is skipped then."
+        },
+    )
+    token_loss_agg: str = field(
+        default="seq_mean",
+        metadata={
+            "help": "How a distribution-level method's token loss is averaged: seq_mean (the official codes' "
+            "per-sequence mean: each row's token mean, then the mean over every row, a row without a teacher context "
+            "counting as 0) or token_mean (one mean over the tokens of the rows that have a context)."
+        },
+    )
     success_value: float = field(
         default=DEFAULT_SUCCESS_VALUE,
         metadata={
@@ -131,6 +148,7 @@ class _SharedKnobs:
         _check_choice("wrap_method", self.wrap_method, all_methods())
         _check_choice("loss_position", self.loss_position, LOSS_POSITIONS)
         _check_choice("difficulty_mode", self.difficulty_mode, DIFFICULTY_MODES)
+        _check_choice("token_loss_agg", self.token_loss_agg, TOKEN_LOSS_AGGS)
         for name in ("cpo_lambda", "pos_alpha", "neg_alpha", "success_value", "teacher_ema_rate"):
             nullable = name in ("pos_alpha", "neg_alpha")
             setattr(self, name, _finite_float(name, getattr(self, name), nullable=nullable))
@@ -140,6 +158,8 @@ class _SharedKnobs:
             raise ValueError(f"cpo.teacher_ema_rate must lie in (0, 1], got {self.teacher_ema_rate}.")
         if self.teacher is not None:
             _check_choice("teacher", self.teacher, TEACHERS)
+        if not isinstance(self.drift_metrics, bool):
+            raise ValueError(f"cpo.drift_metrics must be true or false, got {self.drift_metrics!r}.")
         if not isinstance(self.teacher_checkpoint, bool):
             raise ValueError(f"cpo.teacher_checkpoint must be true or false, got {self.teacher_checkpoint!r}.")
         steps = self.teacher_refresh_steps

@@ -34,9 +34,10 @@ into one HTML page (command line: ``python -m treetune_scripts.credit_report``).
 
 A distribution-level method (OPSD, SDPO) has no shaped advantage: its rows hold instead the teacher's prompt (its
 context), whether the row has one (``has_context``; a row without one is out of the loss), the teacher's
-:data:`TOPK_SHOWN` most likely ids of each token (among the step's top-k ids) as ``[id, text, log-prob]``, and the
-method's per-token loss ``token_loss`` at the old policy (the student's log-probs at the same ids come from the
-extra pass, which scores them beside the entropy).
+:data:`TOPK_SHOWN` most likely ids of each token (over the whole vocabulary) as ``[id, text, log-prob]``, and the
+method's per-token loss ``token_loss`` at the old policy. Both come from the extra pass: its request hands the logits
+to the installed loss, which runs the teacher's forward beside the student's on the worker as in the update
+(``cpo_loss.DUMP_TEACHER_TOP``) and returns them per token; only these few values per token reach the driver.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from typing import Any
 import torch
 
 from treetune_recipe.cpo.cpo_advantage_wrappers import get_cpo_wrapper
-from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, TEACHER_TOPK_LOG_PROBS, TOPK_IDS
+from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, DUMP_TEACHER_TOP, TOKEN_LOSS, teacher_top_keys
 from treetune_recipe.cpo.cpo_terms import succeeded
 from treetune_verl.config_block import dataclass_from_block
 from treetune_verl.second_log_prob import score_batch
@@ -124,7 +125,7 @@ def build_dump(
     cpo_config,
     step: int,
     max_rows: int,
-    student_topk: torch.Tensor | None = None,
+    distribution: dict[str, torch.Tensor] | None = None,
 ) -> dict:
     """The dump of one step as a JSON-ready dict (see the module docstring).
 
@@ -138,8 +139,8 @@ def build_dump(
         cpo_config: the run's ``CPOConfig``.
         step: the training step.
         max_rows: rows kept (see :func:`select_rows`).
-        student_topk: a distribution-level method's ``[B, T, k]`` student log-probs at the batch's top-k ids (the
-            old policy's); the batch then also holds the top-k keys of ``cpo_loss``.
+        distribution: a distribution-level method's per-token outputs of the extra pass (``[B, T]`` each, the old
+            policy's): ``cpo_loss.TOKEN_LOSS`` and the teacher's top ids and log-probs (``teacher_top_keys``).
     """
     tensors = batch.batch
     mask = tensors["response_mask"].bool()
@@ -150,7 +151,6 @@ def build_dump(
     )
     method = cpo_config.method
     if method.distribution_level:
-        token_loss = method.token_loss(student_topk.float(), tensors[TEACHER_TOPK_LOG_PROBS].float(), cpo_config.knobs)
         shaped = None
     else:
         shaped = get_cpo_wrapper(cpo_config.wrap_method)(
@@ -200,7 +200,7 @@ def build_dump(
         if shaped is not None:
             record["advantage_shaped"] = values(shaped)
         else:
-            record.update(_distribution_record(tensors, row, valid, token_loss, tokenizer))
+            record.update(_distribution_record(tensors, row, valid, distribution, tokenizer))
         rows.append(record)
     return {
         "version": DUMP_VERSION,
@@ -216,19 +216,19 @@ def build_dump(
     }
 
 
-def _distribution_record(tensors, row: int, valid: torch.Tensor, token_loss: torch.Tensor, tokenizer) -> dict:
+def _distribution_record(tensors, row: int, valid: torch.Tensor, outputs: dict[str, torch.Tensor], tokenizer) -> dict:
     """A distribution-level row's own columns: its context flag, per-token loss and the teacher's top ids."""
-    ids, teacher = tensors[TOPK_IDS][row][valid], tensors[TEACHER_TOPK_LOG_PROBS][row][valid].float()
-    shown = teacher.topk(min(TOPK_SHOWN, teacher.shape[-1]), dim=-1)
+    shown = []
+    for i in range(TOPK_SHOWN):
+        id_key, log_prob_key = teacher_top_keys(i)
+        if id_key in outputs:
+            shown.append((outputs[id_key][row][valid].round().long(), outputs[log_prob_key][row][valid]))
     return {
         "has_context": bool(tensors[CONTEXT_MASK][row]),
-        "token_loss": [round(float(value), 6) for value in token_loss[row][valid]],
+        "token_loss": [round(float(value), 6) for value in outputs[TOKEN_LOSS][row][valid]],
         "teacher_topk": [
-            [
-                [int(token_ids[j]), tokenizer.decode([int(token_ids[j])]), round(float(lp), 6)]
-                for j, lp in zip(order, log_probs)
-            ]
-            for token_ids, order, log_probs in zip(ids, shown.indices, shown.values)
+            [[int(ids[t]), tokenizer.decode([int(ids[t])]), round(float(log_probs[t]), 6)] for ids, log_probs in shown]
+            for t in range(int(valid.sum()))
         ],
     }
 
@@ -241,12 +241,15 @@ def maybe_dump_credit(trainer, batch, hint_batch, cpo_config) -> Path | None:
     if step not in dump_config.steps:
         return None
     # The old policy's entropy on the plain batch: the actor's second pass of the step, as its old-log-prob pass.
-    # A distribution-level method: the same pass also scores the step's top-k ids (the student's side of its loss).
-    topk = {"topk_ids": batch.batch[TOPK_IDS]} if cpo_config.method.distribution_level else {}
-    scores = score_batch(trainer, batch, on="actor", entropy=True, **topk)
+    # A distribution-level method: the same pass runs the method's loss with the teacher's forward beside it.
+    distribution = {}
+    if cpo_config.method.distribution_level:
+        keys = (TOKEN_LOSS, *(key for i in range(TOPK_SHOWN) for key in teacher_top_keys(i)))
+        distribution = dict(loss_outputs=keys, loss_flags={DUMP_TEACHER_TOP: TOPK_SHOWN})
+    scores = score_batch(trainer, batch, on="actor", entropy=True, **distribution)
     entropy = scores.entropy.to(batch.batch["response_mask"].device)
     dump = build_dump(
-        batch, hint_batch, entropy, trainer.tokenizer, cpo_config, step, dump_config.max_rows, scores.topk_log_probs
+        batch, hint_batch, entropy, trainer.tokenizer, cpo_config, step, dump_config.max_rows, scores.loss_outputs
     )
     out_dir = dump_config.output_dir(trainer.config.trainer.default_local_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

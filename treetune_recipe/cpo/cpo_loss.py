@@ -21,11 +21,15 @@ computes is the selected method's (``cpo.wrap_method``, :mod:`treetune_recipe.cp
 - an advantage method (verl 0.9.1 and 0.7.1): its wrapper shapes the advantages, ``cpo.loss_position`` restricts the
   tokens, upstream ``ppo_loss`` does the rest;
 - a distribution-level method (verl 0.9.1): the update runs with ``distillation_use_topk`` (the trainer's
-  ``student_logits_in_update``), so the engine first calls this loss with the student's logits
-  (:func:`method_token_loss`): it gathers the student's full-vocabulary log-probs at the top-k ids of the batch and
-  returns the method's per-token loss; the loss call then weighs it (``Method.token_weight``), averages it over the
-  tokens of rows with a teacher context with verl's ``agg_loss``, and adds upstream ``ppo_loss`` with the advantages
-  set to 0 when the method replaces the policy-gradient loss (its KL and entropy terms stay verl's).
+  ``student_logits_in_update``), so the engine first calls this loss with the student's logits of each micro-batch
+  (:func:`method_token_loss`); the worker bound the teacher's forward to the loss (``teacher=``,
+  ``RefreshableReferenceWorker.set_loss_fn_with_teacher``), which scores the micro-batch's teacher rows (the context's
+  prompt and the same response) on the same worker. The method's per-token loss is taken from the two
+  distributions there, at the top-k ids it names (:func:`distribution_token_loss`); nothing of shape
+  ``[B, T, k]`` leaves the worker. The loss call then weighs it (``Method.token_weight`` and verl's rollout
+  correction), aggregates it (``cpo.token_loss_agg``: a per-sequence mean over every row, rows without a teacher
+  context counting as 0, or a token mean over the context rows' tokens) and adds upstream ``ppo_loss``, with the
+  advantages set to 0 when the method replaces the policy-gradient loss (its KL and entropy terms stay verl's).
 """
 
 import torch
@@ -36,15 +40,26 @@ from treetune_recipe.cpo.cpo_terms import succeeded
 
 # Batch keys the CPO loss reads; the trainer adds the first three (names fixed) before the actor update.
 CPO_BATCH_KEYS = ("gw_log_probs", "seq_rewards", "difficulty", "old_log_probs", "advantages", "response_mask")
-#: Batch keys of a distribution-level method (the trainer adds them): the top-k ids of every response token, the
-#: teacher's full-vocabulary log-probs there, and 1/0 per row: has a teacher context (0 masks the row out).
-TOPK_IDS, TEACHER_TOPK_LOG_PROBS, CONTEXT_MASK = "cpo_topk_ids", "cpo_teacher_topk_log_probs", "cpo_context_mask"
-DISTRIBUTION_BATCH_KEYS = (TOPK_IDS, TEACHER_TOPK_LOG_PROBS, CONTEXT_MASK, "old_log_probs", "response_mask")
+#: Batch key of a distribution-level method (the trainer adds it beside the teacher's token columns,
+#: ``treetune_verl.update_teacher.TEACHER_COLUMNS``): 1/0 per row, has a teacher context (0: the row has no teacher).
+CONTEXT_MASK = "cpo_context_mask"
+DISTRIBUTION_BATCH_KEYS = (CONTEXT_MASK, "old_log_probs", "response_mask")
 #: The model-output key of the per-token loss the logits call returns.
 TOKEN_LOSS = "cpo_token_loss"
+#: Non-tensor request flag of the credit dump's forward-only pass: n > 0 makes the logits call also return the teacher's
+#: n most likely ids and their log-probs per response token (model outputs :func:`teacher_top_keys`), and the loss
+#: call a zero loss.
+DUMP_TEACHER_TOP = "cpo_dump_teacher_top"
+#: How a distribution-level token loss is averaged (``cpo.token_loss_agg``).
+TOKEN_LOSS_AGGS = ("seq_mean", "token_mean")
 
 
-def cpo_ppo_loss(config, model_output=None, data=None, dp_group=None, *, cpo, student_logits=None):
+def teacher_top_keys(i: int) -> tuple[str, str]:
+    """Model-output keys of the teacher's ``i``-th most likely id and its log-probability (credit dump)."""
+    return f"cpo_teacher_top{i}_id", f"cpo_teacher_top{i}_log_prob"
+
+
+def cpo_ppo_loss(config, model_output=None, data=None, dp_group=None, *, cpo, teacher=None, student_logits=None):
     """The selected method's loss (see the module docstring); the engine's logits call (``student_logits=``) goes to
     :func:`method_token_loss`, a distribution-level method's loss call to :func:`distribution_loss`, and an advantage
     method's to the CPO-shaped ``ppo_loss`` below.
@@ -74,7 +89,7 @@ def cpo_ppo_loss(config, model_output=None, data=None, dp_group=None, *, cpo, st
         depend on the update and are logged exactly by the trainer instead.
     """
     if student_logits is not None:
-        return method_token_loss(student_logits, data, cpo)
+        return method_token_loss(student_logits, data, cpo, teacher)
     if cpo.method.distribution_level:
         return distribution_loss(config, model_output, data, dp_group, cpo)
     # SYNC WARNING: verl/workers/utils/losses.py:ppo_loss
@@ -142,21 +157,52 @@ def _cpo_metrics(data, advantages, new_advantages, loss_mask, success_value: flo
     return dict(zip(terms, means.tolist(), strict=True))
 
 
-def method_token_loss(student_logits: torch.Tensor, data, cpo) -> dict[str, torch.Tensor]:
-    """The engine's logits call: the method's per-token loss ``[1, nnz]`` (packed layout; 0 off the response), from the
-    student's full-vocabulary log-probs at the batch's top-k ids and the teacher's there."""
-    from treetune_verl.distribution_pass import gather_response_log_probs, scatter_response_values
+def method_token_loss(student_logits: torch.Tensor, data, cpo, teacher) -> dict[str, torch.Tensor]:
+    """The engine's logits call: the method's per-token loss ``[1, nnz]`` (packed layout; 0 off the response) from the
+    student's logits of the micro-batch and the teacher's, whose forward ``teacher`` runs here
+    (``treetune_verl.update_teacher.UpdateTeacher``); with :data:`DUMP_TEACHER_TOP` also the teacher's top ids."""
+    from verl.utils import tensordict_utils as tu
 
+    from treetune_verl.distribution_pass import response_rows, scatter_response_values
+
+    if teacher is None:
+        raise RuntimeError(
+            f"cpo_ppo_loss: cpo.wrap_method={cpo.wrap_method} needs the teacher's forward in the update; install the "
+            "loss with the worker's set_loss_fn_with_teacher (the CPO trainer does)."
+        )
     missing = [key for key in DISTRIBUTION_BATCH_KEYS if key not in data.keys()]
     if missing:
         raise KeyError(
-            f"cpo_ppo_loss: cpo.wrap_method={cpo.wrap_method} reads top-k distributions, but the batch lacks "
-            f"{missing}; "
-            "the CPO trainer adds them after its teacher pass."
+            f"cpo_ppo_loss: cpo.wrap_method={cpo.wrap_method}: the batch lacks {missing} (the CPO trainer "
+            "adds them with the teacher's columns)."
         )
-    student = gather_response_log_probs(student_logits, data, data[TOPK_IDS])
-    per_token = cpo.method.token_loss(student, data[TEACHER_TOPK_LOG_PROBS].to(student.dtype), cpo.knobs)
-    return {TOKEN_LOSS: scatter_response_values(per_token, data)}
+    teacher_rows = teacher(data)
+    logits, log_normaliser, valid = response_rows(student_logits, data)
+    if not torch.equal(valid.cpu(), teacher_rows.valid.cpu()):
+        raise ValueError("the teacher's rows and the student's hold different response tokens")
+    student = logits - log_normaliser[:, None]
+    per_token = distribution_token_loss(cpo.method, cpo.knobs, cpo.topk, student, teacher_rows.log_probs)
+    outputs = {TOKEN_LOSS: scatter_response_values(per_token, data)}
+    shown = int(tu.get_non_tensor_data(data=data, key=DUMP_TEACHER_TOP, default=0) or 0)
+    if shown:
+        top = teacher_rows.log_probs.topk(min(shown, student.shape[-1]), dim=-1)
+        for i in range(top.indices.shape[-1]):
+            id_key, log_prob_key = teacher_top_keys(i)
+            outputs[id_key] = scatter_response_values(top.indices[:, i].to(student.dtype), data)
+            outputs[log_prob_key] = scatter_response_values(top.values[:, i], data)
+    return outputs
+
+
+def distribution_token_loss(method, knobs, k: int, student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """``method.token_loss`` at the ids it reads: ``student``/``teacher`` are full-vocabulary log-distributions
+    ``[M, V]``; with ``0 < k < V`` both are gathered at the teacher's top-k ids (``teacher_topk``, OPSD) or at the
+    student's (``student_topk``, SDPO; the ids carry no gradient), else the loss sees the whole vocabulary.
+    ``[M, V], [M, V] -> [M]``; differentiable in ``student``."""
+    if k and k < student.shape[-1]:
+        source = teacher if method.teacher_pass == "teacher_topk" else student.detach()
+        ids = source.topk(k, dim=-1).indices
+        student, teacher = student.gather(-1, ids), teacher.gather(-1, ids)
+    return method.token_loss(student, teacher.to(student.dtype), knobs)
 
 
 def context_rows_only(response_mask: torch.Tensor, context_mask: torch.Tensor) -> torch.Tensor:
@@ -169,28 +215,36 @@ def context_rows_only(response_mask: torch.Tensor, context_mask: torch.Tensor) -
 
 
 def distribution_loss(config, model_output: dict, data, dp_group, cpo):
-    """``agg_loss(w·ℓ, response_mask)`` plus upstream ``ppo_loss`` on the same tokens (advantages 0 when the method
-    replaces the policy-gradient loss). ``ℓ`` is the logits call's per-token loss, ``w`` the method's detached token
-    weight (1 without one) times verl's rollout-correction weight when there is one; ``response_mask`` is the
-    update's, i.e. :func:`context_rows_only` (and the context mask is applied again here, so that a batch sent
-    without it still never trains a row without a teacher)."""
+    """The distribution term ``agg(w·ℓ)`` plus upstream ``ppo_loss`` (advantages 0 when the method replaces the
+    policy-gradient loss). ``ℓ`` is the logits call's per-token loss, ``w`` the method's detached token weight (1
+    without one) times verl's rollout-correction weight when there is one. ``cpo.token_loss_agg``:
+
+    - ``seq_mean``: Σ_rows [c_i · mean over row i's tokens of w·ℓ] / rows, over the mini-batch's rows on every DP rank
+      (verl's ``seq-mean-token-mean``), c_i = 1 for a row with a teacher context, 0 without: the official codes'
+      per-sequence mean (a micro-batch of one row), where a row without a context counts as 0;
+    - ``token_mean``: Σ w·ℓ over the tokens of rows with a context / their number; the update's response mask is then
+      :func:`context_rows_only` (the trainer sends it), so verl's token count is theirs.
+    """
     # SYNC WARNING: verl/workers/utils/losses.py:ppo_loss (sets config.global_batch_info, read by agg_loss) and
-    # verl/trainer/ppo/core_algos.py:agg_loss (token-mean: masked sum / batch_num_tokens * dp_size) and
-    # verl/workers/engine/fsdp/transformer_impl.py:forward_backward_batch (batch_num_tokens = the mini-batch's
-    # loss_mask sum over DP ranks, loss_mask = response_mask)
+    # verl/trainer/ppo/core_algos.py:agg_loss (token-mean: masked sum / batch_num_tokens * dp_size; seq-mean-token-mean:
+    # row means summed / global_batch_size * dp_size) and verl/workers/engine/fsdp/transformer_impl.py:
+    # forward_backward_batch (batch_num_tokens = the mini-batch's loss_mask sum over DP ranks, loss_mask =
+    # response_mask)
     from verl.trainer.ppo.core_algos import agg_loss
     from verl.utils import tensordict_utils as tu
     from verl.utils.metric import AggregationType, Metric
     from verl.workers.utils.losses import ppo_loss
     from verl.workers.utils.padding import no_padding_2_padding
 
+    if tu.get_non_tensor_data(data=data, key=DUMP_TEACHER_TOP, default=0):
+        return torch.zeros((), device=data["response_mask"].device), {}  # the credit dump's forward-only pass
     if TOKEN_LOSS not in model_output:
         raise KeyError(
             f"cpo_ppo_loss: cpo.wrap_method={cpo.wrap_method} needs the student's logits in the update, but the engine "
             f"returned no {TOKEN_LOSS!r}: the update must run with distillation_use_topk (the CPO trainer's "
             "student_logits_in_update) on verl 0.9.1's FSDP engine without fused kernels."
         )
-    loss_mask = context_rows_only(data["response_mask"], data[CONTEXT_MASK])
+    context = data[CONTEXT_MASK].to(data["response_mask"].dtype)[:, None]
     per_token = no_padding_2_padding(model_output[TOKEN_LOSS], data)
     if cpo.method.token_weight is not None:
         log_probs = no_padding_2_padding(model_output["log_probs"], data).detach()
@@ -200,19 +254,23 @@ def distribution_loss(config, model_output: dict, data, dp_group, cpo):
     if "rollout_is_weights" in data.keys():  # verl's rollout correction, when on: the token loss is weighted too
         weight = weight * data["rollout_is_weights"]
     shaped = data.copy()
-    shaped["response_mask"] = loss_mask
     if cpo.method.replaces_policy_loss:
         shaped["advantages"] = torch.zeros_like(data["advantages"])
-    if not tu.get_non_tensor_data(data=shaped, key="batch_num_tokens", default=1):
-        # A mini-batch without a single context token: every term is 0 (not 0/0).
-        tu.assign_non_tensor(shaped, batch_num_tokens=1)
+    if cpo.token_loss_agg == "token_mean":
+        # The context mask is applied again, so that a batch sent without the trainer's mask never trains such a row.
+        shaped["response_mask"] = context_rows_only(data["response_mask"], data[CONTEXT_MASK])
+        if not tu.get_non_tensor_data(data=shaped, key="batch_num_tokens", default=1):
+            # A mini-batch without a single context token: every term is 0 (not 0/0).
+            tu.assign_non_tensor(shaped, batch_num_tokens=1)
     loss, metrics = ppo_loss(config, model_output, shaped, dp_group)
-    token_loss = agg_loss(
-        loss_mat=per_token * weight, loss_mask=loss_mask, loss_agg_mode=config.loss_agg_mode, **config.global_batch_info
-    )
+    if cpo.token_loss_agg == "token_mean":
+        loss_mat, loss_mask, mode = per_token * weight, shaped["response_mask"], "token-mean"
+    else:
+        loss_mat, loss_mask, mode = per_token * weight * context, data["response_mask"], "seq-mean-token-mean"
+    token_loss = agg_loss(loss_mat=loss_mat, loss_mask=loss_mask, loss_agg_mode=mode, **config.global_batch_info)
     aggregation = metrics["actor/pg_loss"].aggregation
     metrics["actor/distill_loss"] = Metric(value=token_loss, aggregation=aggregation)
-    kept = loss_mask.bool()
+    kept = (data["response_mask"] * context).bool()
     if kept.any():  # a micro-batch without a context row has no token loss to average (not a loss of 0)
         with torch.no_grad():
             for key, values in (("cpo/token_loss", per_token), ("cpo/token_weight", weight)):

@@ -14,10 +14,11 @@
 """``RayCPOTrainer``: verl's ``RayPPOTrainer`` plus the recipe's methods (CPO's hint-guided advantage shaping and its
 privileged-context peers).
 
-Upstream ``fit()`` runs unchanged. Four methods are overridden, and none names a method: each reads the selected
+Upstream ``fit()`` runs unchanged. Three methods are overridden, and none names a method: each reads the selected
 method's declaration (:mod:`treetune_recipe.cpo.methods`):
 
-* ``init_workers`` installs the recipe's loss on the actor workers (``set_loss_fn``) and makes every actor update
+* ``init_workers`` installs the recipe's loss on the actor workers (``set_loss_fn``; for a distribution-level method
+  ``set_loss_fn_with_teacher``, which binds the teacher's forward to it on each worker) and makes every actor update
   return the current-policy entropy the wrappers need.
 * ``_update_actor`` runs right after ``compute_advantage`` (where the reference inserted its block): it labels each
   prompt group's difficulty and runs the method's teacher pass, then calls ``super()``:
@@ -25,13 +26,13 @@ method's declaration (:mod:`treetune_recipe.cpo.methods`):
     (``cpo.hint.rescore=needed``, ``rows_reading_hint``; ``all``: every row) are scored under the hint prompt by the
     run's teacher (``gw_log_probs``; ``old_log_probs`` on the other rows);
   - a distribution-level method: every row's teacher prompt (``teacher_context``: the gold solution or a successful
-    sibling), the teacher's top-k log-probs under it (its own top-k, or at the student's top-k from the step's
-    old-log-prob pass), and the update runs with the student's logits handed to the loss (``student_logits_in_update``).
+    sibling) travels with the update's batch as token columns (``treetune_verl.update_teacher``), and the update runs
+    with the student's logits handed to the loss (``student_logits_in_update``), which runs the teacher's forward on
+    the same micro-batch, on the worker: no teacher pass before the update, no top-k tensor through the driver.
   The method's schedule sets the step's knobs; the teacher (:class:`treetune_recipe.cpo.teacher.Teacher`) changes its
-  weights before the reference pass (``refreshed``) or after the update (``ema``).
-* ``_compute_old_log_prob`` is verl's pass, which for a ``student_topk`` method also returns the student's top-k ids
-  (``topk_in_log_prob_pass``: the same forward).
-* ``_compute_ref_log_prob`` first lets the teacher take the actor's weights when due.
+  weights before the reference pass (``refreshed``) or after an update that changed the actor (``ema``).
+* ``_compute_ref_log_prob`` first lets the teacher take the actor's weights when due, then runs verl's reference pass
+  only when something reads its log-probs (a KL term in the loss or the reward, or ``cpo.drift_metrics``).
 
 CPO is opt-in through ``algorithm.adv_estimator=cpo``: with any other estimator this class behaves exactly like
 ``RayPPOTrainer``, plus its two mixins, which apply to every estimator: ``CompleteCheckpointsMixin`` (checkpoint
@@ -43,10 +44,14 @@ its ``_update_actor``, which adds ``treetune/rollout_health/*`` to the step's me
 from __future__ import annotations
 
 import contextlib
+import math
+import resource
 from functools import partial
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
+from tensordict import TensorDict
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils.config import omega_conf_to_dataclass
@@ -57,11 +62,11 @@ from treetune_recipe.cpo.cpo_advantage_wrappers import log_ratio, mutual_informa
 from treetune_recipe.cpo.cpo_core_algos import compute_difficulty_mask  # importing registers the "cpo" estimator
 from treetune_recipe.cpo.cpo_credit_dump import maybe_dump_credit
 from treetune_recipe.cpo.cpo_hint import build_hint_batch
-from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, TEACHER_TOPK_LOG_PROBS, TOPK_IDS, context_rows_only, cpo_ppo_loss
+from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, context_rows_only, cpo_ppo_loss
 from treetune_recipe.cpo.cpo_terms import succeeded
 from treetune_recipe.cpo.preflight import cpo_is_enabled
 from treetune_recipe.cpo.teacher import Teacher
-from treetune_recipe.cpo.teacher_context import build_teacher_batch
+from treetune_recipe.cpo.teacher_context import build_teacher_batch, resolved_hint_config
 from treetune_verl.checkpoint_saves import CompleteCheckpointsMixin
 from treetune_verl.patches import request_entropy_in_actor_updates
 from treetune_verl.rollout_health import RolloutHealthMixin
@@ -81,11 +86,12 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         self.cpo_config = CPOConfig.from_config(self.config.get("cpo"))
         self.method = self.cpo_config.method
         if self.cpo_enabled:
-            self.hint_config = self.cpo_config.hint.resolve(self.config.data.max_prompt_length)
+            data = self.config.data
+            self.hint_config = resolved_hint_config(
+                self.cpo_config.hint, self.method, data.max_prompt_length, data.max_response_length
+            )
             self.teacher = Teacher(self.cpo_config.teacher_config)
             self.installed_config: CPOConfig | None = None
-            # (responses, top-k ids [B, T, k]) of the step's old-log-prob pass, for a student_topk method.
-            self.student_topk: tuple[torch.Tensor, torch.Tensor] | None = None
             print(f"[cpo] method: {self.method.describe()}")
             print(f"[cpo] teacher of the hinted pass: {self.teacher.name} ({self.teacher.config.describe()})")
 
@@ -115,16 +121,34 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
             return
         # SYNC WARNING: verl/workers/engine_workers.py:ActorRolloutRefWorker.init_model builds the same ActorConfig
         # from the same config section and installs partial(ppo_loss, config=...); set_loss_fn replaces it.
-        actor_config = omega_conf_to_dataclass(self.config.actor_rollout_ref.actor)
-        self.actor_rollout_wg.set_loss_fn(partial(cpo_ppo_loss, config=actor_config, cpo=cpo_config))
+        actor_section = self.config.actor_rollout_ref.actor
+        if not self._reference_log_probs_read():
+            # No reference pass runs (its log-probs are unread: a KL loss of weight 0), so the loss has no KL term.
+            actor_section = OmegaConf.merge(actor_section, {"use_kl_loss": False})
+        loss = partial(cpo_ppo_loss, config=omega_conf_to_dataclass(actor_section), cpo=cpo_config)
+        if self.method.distribution_level:
+            # SYNC WARNING: treetune_verl/reference_refresh.py relies on the fused ActorRolloutRefWorker
+            teacher_model = "reference" if self.teacher.scorer == "reference" else "actor"
+            self.actor_rollout_wg.set_loss_fn_with_teacher(loss, teacher_model)
+        else:
+            self.actor_rollout_wg.set_loss_fn(loss)
         self.installed_config = cpo_config
+
+    def _reference_log_probs_read(self) -> bool:
+        """Whether anything reads verl's reference log-probs (``ref_log_prob``) in a CPO run: a KL loss of nonzero
+        weight, a KL penalty in the reward, or ``cpo.drift_metrics``. A reference teacher is scored by passes of its
+        own (or inside the update), never from them."""
+        actor = self.config.actor_rollout_ref.actor
+        kl_loss = bool(actor.get("use_kl_loss", False)) and float(actor.get("kl_loss_coef", 0.0)) != 0.0
+        kl_reward = bool(self.config.algorithm.get("use_kl_in_reward", False))
+        return kl_loss or kl_reward or self.cpo_config.drift_metrics
 
     def _update_actor(self, batch: DataProto) -> DataProto:
         seq_rewards = batch.batch["token_level_rewards"].sum(dim=-1).float()
         group_metrics = {**self._group_outcome_metrics(batch, seq_rewards), **drift_from_reference_metrics(batch)}
         if not self.cpo_enabled:
             actor_output = super()._update_actor(batch)
-            actor_output.meta_info["metrics"].update(group_metrics)
+            actor_output.meta_info["metrics"].update({**group_metrics, **driver_footprint_metrics(batch)})
             return actor_output
 
         timing: dict[str, float] = {}
@@ -160,7 +184,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         with self._distribution_update(batch):
             actor_output = super()._update_actor(batch)
         teacher_metrics = self.teacher.metrics(self.global_steps)
-        self.teacher.after_update(self.global_steps, self.actor_rollout_wg)
+        self.teacher.after_update(self.global_steps, self.actor_rollout_wg, actor_changed=actor_changed(actor_output))
         actor_output.meta_info["metrics"].update(
             {
                 **hint_metrics,
@@ -168,6 +192,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
                 **teacher_metrics,
                 **group_metrics,
                 **self._step_cpo_metrics(batch, scored_rows),
+                **driver_footprint_metrics(batch),
                 **{f"timing_s/{name}": seconds for name, seconds in timing.items()},
             }
         )
@@ -175,63 +200,42 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
 
     @contextlib.contextmanager
     def _distribution_update(self, batch: DataProto):
-        """A distribution-level method's update: the student's logits go to the loss (verl 0.9.1's hook), and the
-        update's response mask holds only the rows with a teacher context (``cpo_loss.context_rows_only``), so that
-        verl normalises the loss over their tokens. The batch's own mask is put back afterwards (``fit`` computes the
-        step's response-length metrics from it)."""
+        """A distribution-level method's update: the student's logits go to the loss (verl 0.9.1's hook). With
+        ``cpo.token_loss_agg=token_mean`` the update's response mask holds only the rows with a teacher context
+        (``cpo_loss.context_rows_only``), so that verl normalises the loss over their tokens; the batch's own mask is
+        put back afterwards (``fit`` computes the step's response-length metrics from it)."""
         if not self.method.distribution_level:
             yield
             return
         from treetune_verl.distribution_pass import student_logits_in_update
 
         response_mask = batch.batch["response_mask"]
-        batch.batch["response_mask"] = context_rows_only(response_mask, batch.batch[CONTEXT_MASK])
+        if self.cpo_config.token_loss_agg == "token_mean":
+            batch.batch["response_mask"] = context_rows_only(response_mask, batch.batch[CONTEXT_MASK])
         try:
             with student_logits_in_update(self.actor_rollout_wg):
                 yield
         finally:
             batch.batch["response_mask"] = response_mask
 
-    def _compute_old_log_prob(self, batch: DataProto):
-        """verl's old-log-prob pass; for a method that reads the student's top-k (SDPO), the same forward also returns
-        each response token's top-k ids, kept with the step's responses for ``_distribution_teacher_pass``."""
-        self.student_topk = None
-        if not (self.cpo_enabled and self.method.teacher_pass == "student_topk"):
-            return super()._compute_old_log_prob(batch)
-        from treetune_verl.distribution_pass import topk_in_log_prob_pass
-
-        with topk_in_log_prob_pass(self.actor_rollout_wg, self.cpo_config.topk) as pass_:
-            output = super()._compute_old_log_prob(batch)
-        self.student_topk = (batch.batch["responses"].clone(), pass_["topk"].ids)
-        return output
-
-    def _student_topk_ids(self, batch: DataProto, k: int, timing: dict[str, float]) -> torch.Tensor:
-        """The student's top-k ids of the batch's response tokens: those of the step's old-log-prob pass when it ran
-        on these very rows (same responses, same order), else from a pass of their own (e.g. verl's bypass mode)."""
-        kept = self.student_topk
-        if kept is not None and torch.equal(kept[0], batch.batch["responses"]):
-            return kept[1]
-        with marked_timer("cpo_student_topk", timing):
-            return score_batch(self, batch, on="actor", topk=k).topk_ids
-
     def _distribution_teacher_pass(
         self, batch: DataProto, seq_rewards: torch.Tensor, timing: dict[str, float]
     ) -> tuple[dict[str, float], DataProto]:
-        """Add the top-k ids, the teacher's log-probs there and the context mask to ``batch`` (``cpo_loss``'s keys).
+        """Add the teacher's rows (``update_teacher.TEACHER_COLUMNS``: the context's prompt and the same response) and
+        the context mask to ``batch``; the teacher's forward runs in the update, on the worker.
 
-        The teacher prompt of every row comes from the method's context (``teacher_context.build_teacher_batch``). The
-        ids are the teacher's own top-k (``teacher_topk``) or the student's, returned by the step's old-log-prob pass
-        on the actor (``student_topk``: with one update per rollout batch the rollout policy is the student at the
-        update).
+        The teacher prompt of every row comes from the method's context (``teacher_context.build_teacher_batch``).
 
         Returns:
             ``(metrics, teacher_batch)``; metrics: the context's (``cpo/context_frac``, ``cpo/context_token_frac``),
-            ``cpo/topk_k`` and ``cpo/topk_bytes`` (bytes of the two top-k tensors of the step).
+            ``cpo/topk_k`` (0: the whole vocabulary) and ``cpo/hint_token_ratio`` (the teacher rows' tokens over the
+            plain rows').
         """
-        method, k = self.method, self.cpo_config.topk
+        from treetune_verl.update_teacher import teacher_columns
+
         with marked_timer("cpo_teacher_context", timing):
             teacher_batch, has_context, metrics = build_teacher_batch(
-                method,
+                self.method,
                 self.cpo_config.knobs,
                 batch,
                 success=succeeded(seq_rewards, self.cpo_config.success_value),
@@ -239,23 +243,13 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
                 hint_config=self.hint_config,
                 chat_template_kwargs=self.config.data.get("apply_chat_template_kwargs", None),
             )
-        ids = self._student_topk_ids(batch, k, timing) if method.teacher_pass == "student_topk" else None
-        with marked_timer("cpo_gw_log_prob", timing):
-            scores = score_batch(
-                self, teacher_batch, on=self.teacher.scorer, topk=None if ids is not None else k, topk_ids=ids
-            )
-        batch.batch[TOPK_IDS] = scores.topk_ids
-        batch.batch[TEACHER_TOPK_LOG_PROBS] = scores.topk_log_probs
+        batch.batch.update(teacher_columns(teacher_batch))
         batch.batch[CONTEXT_MASK] = has_context.float()
         response_mask = batch.batch["response_mask"]
         metrics["cpo/context_token_frac"] = (
             context_rows_only(response_mask, batch.batch[CONTEXT_MASK]).sum() / response_mask.sum().clamp(min=1)
         ).item()
-        metrics["cpo/topk_k"] = float(scores.topk_ids.shape[-1])
-        metrics["cpo/topk_bytes"] = float(
-            scores.topk_ids.numel() * scores.topk_ids.element_size()
-            + scores.topk_log_probs.numel() * scores.topk_log_probs.element_size()
-        )
+        metrics["cpo/topk_k"] = float(self.cpo_config.topk)
         plain_tokens = batch.batch["attention_mask"].sum()
         metrics["cpo/hint_token_ratio"] = (teacher_batch.batch["attention_mask"].sum() / plain_tokens).item()
         metrics["cpo/hint_rows_frac"] = 1.0
@@ -330,13 +324,19 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
 
     def _compute_ref_log_prob(self, batch: DataProto) -> DataProto:
         """verl's reference pass, after the teacher took the actor's weights when due
-        (``Teacher.before_reference_pass``).
+        (``Teacher.before_reference_pass``); skipped (no ``ref_log_prob`` key) when nothing reads its log-probs
+        (``_reference_log_probs_read``: the peers' published KL loss of weight 0).
 
         The reference pass is the first use of the reference weights in a step (``fit``: rollout, old log-probs,
         reference log-probs, advantages, actor update), so the step's KL term and teacher pass read the same weights.
         """
-        if self.cpo_enabled:
-            self.teacher.before_reference_pass(self.global_steps, self.actor_rollout_wg)
+        if not self.cpo_enabled:
+            return super()._compute_ref_log_prob(batch)
+        self.teacher.before_reference_pass(self.global_steps, self.actor_rollout_wg)
+        if not self._reference_log_probs_read():
+            # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer.fit (0.9.1 l.1618-1622, 0.7.1 l.1437-1441:
+            # batch.union of what this returns): an empty table of the batch's rows adds no key.
+            return DataProto(batch=TensorDict({}, batch_size=[len(batch)]))
         return super()._compute_ref_log_prob(batch)
 
     def _group_outcome_metrics(self, batch: DataProto, seq_rewards: torch.Tensor) -> dict[str, float]:
@@ -378,6 +378,29 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         if "acc" in batch.non_tensor_batch:
             metrics["cpo/acc_mean"] = float(np.mean(batch.non_tensor_batch["acc"].astype(float)))
         return metrics
+
+
+def driver_footprint_metrics(batch: DataProto) -> dict[str, float]:
+    """What the step costs the driver (verl's TaskRunner process): ``treetune/update_actor_mb``, the MB of the batch's
+    tensors handed to ``update_actor`` (before verl drops padding; ``..._rows`` and ``..._width``: its rows and response
+    width), and ``treetune/driver_peak_rss_mb``, the process's peak resident memory so far (``ru_maxrss``)."""
+    handed = sum(tensor.numel() * tensor.element_size() for tensor in batch.batch.values())
+    return {
+        "treetune/update_actor_mb": handed / 2**20,
+        "treetune/update_actor_rows": float(len(batch)),
+        "treetune/update_actor_width": float(batch.batch["responses"].shape[1]),
+        "treetune/driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def actor_changed(actor_output: DataProto) -> bool:
+    """Whether the actor update changed the weights: some optimizer step had a finite gradient norm (verl's engine
+    skips a step whose norm is not finite). True when the update reports no norm."""
+    norms = actor_output.meta_info["metrics"].get("actor/grad_norm")
+    if norms is None:
+        return True
+    norms = norms if isinstance(norms, list | tuple) else [norms]
+    return any(math.isfinite(float(norm)) for norm in norms)
 
 
 def drift_from_reference_metrics(batch: DataProto) -> dict[str, float]:

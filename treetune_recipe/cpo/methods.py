@@ -19,7 +19,7 @@ read these declarations and never name a method:
 - ``advantage``: a wrapper that reshapes GRPO's per-token advantages from the hinted pass (the 18 CPO wrappers, RLSD,
   OPSD's sampled-token form), with ``hint_rows``, the rows whose shaped advantages read the hinted log-probs; or
 - ``token_loss``: a distribution-level loss per response token (OPSD's JSD, SDPO) computed inside the actor update
-  from the student's logits at top-k ids and the teacher's log-probs there (``teacher_pass``).
+  from the student's and the teacher's distributions, both computed there, at the top-k ids ``teacher_pass`` names.
 
 Each method module registers itself on import (:func:`register_method`): the 18 CPO wrappers in
 :mod:`treetune_recipe.cpo.cpo_advantage_wrappers`, which then imports the peers (:mod:`treetune_recipe.cpo.peers`).
@@ -36,10 +36,10 @@ from typing import Any
 
 from treetune_verl.config_block import override_key
 
-#: What a method's teacher pass returns for every response token: ``token``: the sampled token's log-prob
-#: (``gw_log_probs``); ``teacher_topk``: the teacher's own top-k ids and log-probs; ``student_topk``: the teacher's
-#: log-probs at the student's top-k ids (taken from the rollout policy, which is the student at the update when there is
-#: one update per rollout batch).
+#: What a method reads of its teacher at every response token: ``token``: the sampled token's log-prob
+#: (``gw_log_probs``, a pass before the update); ``teacher_topk``: the teacher's distribution at its own top-k ids;
+#: ``student_topk``: at the student's top-k ids (the student in the update). Both top-k kinds run the teacher inside the
+#: update, beside the student (``treetune_verl.update_teacher``).
 TEACHER_PASSES = ("token", "teacher_topk", "student_topk")
 #: Whose text is the privileged context of the teacher's prompt: the dataset's gold worked solution, or a response of
 #: the same prompt group that the verifier accepted (a successful sibling).
@@ -67,7 +67,7 @@ class Method:
         replaces_policy_loss: the token loss is the whole loss (the policy-gradient term is dropped); False adds it
             to verl's PPO loss.
         teacher_pass: what the teacher pass returns (:data:`TEACHER_PASSES`).
-        topk: k of a top-k teacher pass: the name of the knob that holds it (0 or the vocabulary size: all ids).
+        topk: k of the top-k ids: the name of the knob that holds it (0 or the vocabulary size: all ids).
         context: the teacher's privileged context (:data:`CONTEXTS`).
         published_teacher: the teacher the authors' code runs with (``cpo.teacher: null`` selects it).
         knobs: the dataclass of the method's own block ``cpo.<name>.*`` (typed, with help text), or None.

@@ -87,7 +87,9 @@ def check_method_support(config, cpo_config: CPOConfig) -> None:
     try:
         check_distribution_support()
     except (RuntimeError, ValueError) as error:
-        raise PreflightError(f"cpo.wrap_method={method.name} reads top-k distributions: {error}") from None
+        raise PreflightError(
+            f"cpo.wrap_method={method.name} reads the student's logits in the update: {error}"
+        ) from None
     actor, model = config.actor_rollout_ref.actor, config.actor_rollout_ref.model
     if model.get("use_fused_kernels", False):
         raise PreflightError(
@@ -96,50 +98,49 @@ def check_method_support(config, cpo_config: CPOConfig) -> None:
         )
     if actor.get("ulysses_sequence_parallel_size", 1) != 1 or actor.get("strategy") not in ("fsdp", "fsdp2"):
         raise PreflightError(
-            f"cpo.wrap_method={method.name} reads top-k distributions per response token on the FSDP engine without "
-            "sequence parallelism: set actor_rollout_ref.actor.strategy=fsdp2 and "
-            "actor_rollout_ref.actor.ulysses_sequence_parallel_size=1."
+            f"cpo.wrap_method={method.name} runs its teacher beside the student inside the update, on the FSDP engine "
+            "without sequence parallelism (the logits hook would see a shard of each row): set "
+            "actor_rollout_ref.actor.strategy=fsdp2 and actor_rollout_ref.actor.ulysses_sequence_parallel_size=1."
         )
-    check_topk_size(config, cpo_config)
+    check_teacher_token_budget(config, cpo_config)
 
 
-#: Bytes the top-k tensors of one response token take per id: the id (int64) and the teacher's log-prob (float32).
-TOPK_BYTES_PER_ID = 12
+#: Float32 copies of a micro-batch's response-token distributions ``[tokens, V]`` a distribution-level loss holds at
+#: its peak: the student's rows and log-probs, the teacher's log-probs, and the divergence's mixture.
+DISTRIBUTION_COPIES = 4
 
 
-def check_topk_size(config, cpo_config: CPOConfig, host_memory_bytes: int | None = None) -> None:
-    """Refuse a top-k teacher pass whose tensors would not fit: the driver holds the teacher's ids and log-probs of
-    every response token of a step, ``rows x response width x k x 12`` bytes at most (k = 0: the model's whole
-    vocabulary), and ships them to the workers. More than a quarter of this host's memory stops the run here, with
-    the k that would fit."""
-    method, k = cpo_config.method, cpo_config.topk
-    ids = k or _vocabulary_size(config.actor_rollout_ref.model.path)
-    if ids is None:
-        return
-    rows = int(config.data.train_batch_size) * int(config.actor_rollout_ref.rollout.n)
-    width = int(config.data.max_response_length)
-    step_bytes = rows * width * ids * TOPK_BYTES_PER_ID
-    if host_memory_bytes is None:
-        import psutil
+def check_teacher_token_budget(config, cpo_config: CPOConfig) -> None:
+    """The teacher's rows are the students' with the context's prompt: with dynamic batch sizes the longest teacher
+    row (its prompt limit plus ``data.max_response_length``) must fit the actor's token budget
+    (``actor.ppo_max_token_len_per_gpu``), which verl sizes each update micro-batch by. Prints what one micro-batch
+    then holds: the float32 response-token distributions of student and teacher on the device."""
+    from treetune_recipe.cpo.teacher_context import resolved_hint_config
 
-        host_memory_bytes = psutil.virtual_memory().total
-    limit = host_memory_bytes // 4
-    if step_bytes <= limit:
-        return
-    fitting_k = limit // (rows * width * TOPK_BYTES_PER_ID)
-    knob = f"cpo.{method.name}.{method.topk}"
-    lower = "data.train_batch_size, actor_rollout_ref.rollout.n or data.max_response_length"
-    fix = (
-        f"Set {knob}={fitting_k} or less, or lower {lower}."
-        if fitting_k >= 1
-        else f"Even {knob}=1 does not fit: lower {lower}."
-    )
-    raise PreflightError(
-        f"cpo.wrap_method={method.name} keeps the teacher's top-k ids and log-probs of every response token: "
-        f"{rows} rows x {width} tokens x {ids} ids{' (' + knob + '=0: the whole vocabulary)' if not k else ''} x "
-        f"{TOPK_BYTES_PER_ID} bytes = {step_bytes / 1e9:.1f} GB per step, more than a quarter of this host's "
-        f"{host_memory_bytes / 1e9:.0f} GB. {fix}"
-    )
+    data, actor = config.data, config.actor_rollout_ref.actor
+    hint = resolved_hint_config(cpo_config.hint, cpo_config.method, data.max_prompt_length, data.max_response_length)
+    longest = int(hint.max_prompt_length) + int(data.max_response_length)
+    if actor.get("use_dynamic_bsz", False):
+        budget = int(actor.ppo_max_token_len_per_gpu)
+        if longest > budget:
+            raise PreflightError(
+                f"cpo.wrap_method={cpo_config.wrap_method}: a teacher row can hold {longest} tokens (its prompt limit "
+                f"{hint.max_prompt_length}, cpo.hint.max_prompt_length, plus data.max_response_length), more than the "
+                f"actor's token budget actor_rollout_ref.actor.ppo_max_token_len_per_gpu={budget} that sizes each "
+                f"update micro-batch: set actor_rollout_ref.actor.ppo_max_token_len_per_gpu={longest} or more, or a "
+                "lower cpo.hint.max_prompt_length."
+            )
+        response_tokens = budget
+    else:
+        response_tokens = int(actor.ppo_micro_batch_size_per_gpu or 1) * int(data.max_response_length)
+    vocab = _vocabulary_size(config.actor_rollout_ref.model.path)
+    if vocab is not None:
+        size = response_tokens * vocab * 4 * DISTRIBUTION_COPIES
+        print(
+            f"[cpo] {cpo_config.wrap_method}: the teacher runs inside the update; one micro-batch holds up to "
+            f"{response_tokens} response tokens x {vocab} ids of float32 distributions x {DISTRIBUTION_COPIES} "
+            f"= {size / 2**30:.2f} GiB on each device, besides the engine's own logits."
+        )
 
 
 def _vocabulary_size(model_path: str | None) -> int | None:

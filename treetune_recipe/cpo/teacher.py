@@ -130,9 +130,14 @@ class Teacher:
         elif self.weights_step is None:
             self.weights_step = 0
 
-    def after_update(self, step: int, actor_rollout_wg) -> None:
-        """An ``ema`` teacher: θ_T ← (1-τ)·θ_T + τ·θ with the actor's weights after the update of ``step``."""
+    def after_update(self, step: int, actor_rollout_wg, *, actor_changed: bool = True) -> None:
+        """An ``ema`` teacher: θ_T ← (1-τ)·θ_T + τ·θ with the actor's weights after the update of ``step``, unless no
+        optimizer step of that update had a finite gradient (``actor_changed=False``: the actor kept its weights), as
+        SDPO's official code skips it."""
         if self.name != "ema":
+            return
+        if not actor_changed:
+            print(f"[cpo] step {step}: no optimizer step had a finite gradient; the ema teacher is not moved.")
             return
         actor_rollout_wg.ema_actor_weights_into_reference(self.config.ema_rate)
         self.weights_step = step

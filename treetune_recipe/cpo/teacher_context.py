@@ -18,12 +18,18 @@ context (``Method.context``), and which rows have one.
   worked solution); a row of a group without a solution (``cpo.hint.on_missing=skip``) has no context.
 - ``successful_sibling``: SDPO's re-prompt (:mod:`treetune_recipe.cpo.sibling_context`): the row's own chat messages,
   the last one followed by a response of the same group that the verifier accepted (thinking stripped), chosen by
-  :func:`choose_successful_siblings`; a row without such a sibling has no context. A teacher prompt longer than
-  ``cpo.hint.max_prompt_length`` tokens also leaves its row without one (counted in ``cpo/context_too_long_frac``).
+  :func:`choose_successful_siblings`; a row without such a sibling has no context. A teacher prompt longer than its
+  limit also leaves its row without one (counted in ``cpo/context_too_long_frac``).
+
+The teacher prompt's limit (:func:`resolved_hint_config`) is ``cpo.hint.max_prompt_length`` when set; otherwise
+``data.max_prompt_length`` + ``cpo.hint.max_prompt_length_margin`` (512) for the gold solution, and for a sibling
+``data.max_prompt_length + data.max_response_length`` + the margin, so that a whole sibling response fits beside the
+prompt and the re-prompt's own words, as in SDPO's official runs (prompt limit 10,240 = 2,048 + 8,192, no margin).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +40,16 @@ from verl import DataProto
 from treetune_recipe.cpo.cpo_hint import HintConfig, build_hint_batch, left_pad, plain_mapping, reprompted_batch
 from treetune_recipe.cpo.methods import Method
 from treetune_recipe.cpo.sibling_context import choose_successful_siblings, sibling_teacher_message, strip_thinking
+
+
+def resolved_hint_config(
+    hint: HintConfig, method: Method, max_prompt_length: int, max_response_length: int
+) -> HintConfig:
+    """``hint`` with the teacher prompt's limit of ``method``'s context set (see the module docstring)."""
+    if method.context == "successful_sibling" and hint.max_prompt_length is None:
+        limit = int(max_prompt_length) + int(max_response_length) + hint.max_prompt_length_margin
+        return dataclasses.replace(hint, max_prompt_length=limit)
+    return hint.resolve(max_prompt_length)
 
 
 def build_teacher_batch(

@@ -27,7 +27,7 @@ import pytest
 import torch
 from verl import DataProto
 
-from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, TEACHER_TOPK_LOG_PROBS, TOPK_IDS, cpo_ppo_loss
+from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, cpo_ppo_loss
 from treetune_tests.support import engine_harness as harness
 from treetune_tests.support.distribution_harness import SOME_CONTEXT, Tolerance, cpo_config, roll_positions
 from treetune_tests.support.fp32_reference import BATCH
@@ -43,8 +43,9 @@ def random_micro_batch(method: str, vocab: int = 1000, k: int = 100, seed: int =
     lengths, some rows without a context) with the case keys of ``method``, and random packed student logits
     ``[1, nnz, vocab]`` (bf16 values: what the engine's output layer gives under autocast).
 
-    The ids are the teacher's top-k (opsd) or the student's (sdpo); ``old_log_probs`` lie 0, 2 or -0.5 nats from the
-    student's sampled-token log-probs (SDPO's weight 1, clipped at 2, 0.61)."""
+    Returns ``(batch, logits, teacher [B, T, vocab])``, the teacher's log-distribution at each response slot (what
+    :class:`FixedTeacher` hands the loss); ``old_log_probs`` lie 0, 2 or -0.5 nats from the student's sampled-token
+    log-probs (SDPO's weight 1, clipped at 2, 0.61)."""
     from verl.utils.model import compute_position_id_with_mask
 
     gen = torch.Generator().manual_seed(seed)
@@ -75,22 +76,42 @@ def random_micro_batch(method: str, vocab: int = 1000, k: int = 100, seed: int =
         first = int(starts[i] + prompt_lens[i] - 1)
         student[i, : response_lens[i]] = torch.log_softmax(logits[0, first : first + int(response_lens[i])], -1)
     teacher = torch.log_softmax(student * 0.5 + torch.randn(rows, width, vocab, generator=gen), -1)
-    ids = (teacher if method == "opsd" else student).topk(k, dim=-1).indices * response_mask[..., None]
     sampled = student.gather(-1, responses[..., None])[..., 0]
     shifts = torch.tensor([0.0, 2.0, -0.5]).repeat(rows * width // 3 + 1)[: rows * width].view(rows, width)
     tensors.update(
         {
-            TOPK_IDS: ids,
-            TEACHER_TOPK_LOG_PROBS: teacher.gather(-1, ids) * response_mask[..., None],
             CONTEXT_MASK: torch.tensor(SOME_CONTEXT, dtype=torch.float32),
             "old_log_probs": (sampled - shifts) * response_mask,
         }
     )
     batch = DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
-    return batch, logits
+    return batch, logits, teacher
 
 
-def device_loss(actor_config, method: str, batch: DataProto, logits: torch.Tensor, device: str, autocast: bool):
+class FixedTeacher:
+    """A stand-in for the in-update teacher (``treetune_verl.update_teacher.UpdateTeacher``): hands the loss the given
+    ``[B, T, V]`` log-distributions at the micro-batch's response slots."""
+
+    def __init__(self, teacher: torch.Tensor):
+        self.teacher = teacher
+
+    def __call__(self, data):
+        from treetune_verl.distribution_pass import response_positions
+        from treetune_verl.update_teacher import TeacherRows
+
+        valid = response_positions(data)[1]
+        return TeacherRows(self.teacher.to(valid.device)[valid], valid)
+
+
+def device_loss(
+    actor_config,
+    method: str,
+    batch: DataProto,
+    logits: torch.Tensor,
+    teacher: torch.Tensor,
+    device: str,
+    autocast: bool,
+):
     """``cpo_ppo_loss``'s two engine calls on ``device`` (the logits call, then the loss call with the engine's
     sampled-token log-probs from the same logits); returns ``(per-token loss [B, T], loss, distill metric, d loss /
     d logits)`` on CPU in fp32."""
@@ -104,7 +125,9 @@ def device_loss(actor_config, method: str, batch: DataProto, logits: torch.Tenso
     student_logits = logits.detach().to(device=device, dtype=dtype).clone().requires_grad_(True)
     context = torch.autocast(device_type=device, dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
     with context:
-        model_output = cpo_ppo_loss(actor_config, data=data, cpo=cpo, student_logits=student_logits)
+        model_output = cpo_ppo_loss(
+            actor_config, data=data, cpo=cpo, teacher=FixedTeacher(teacher), student_logits=student_logits
+        )
         # the sampled tokens' log-probs, packed as the engine's log_probs (position j predicts token j + 1)
         ids = data["input_ids"].values()
         log_probs = torch.log_softmax(student_logits[0].float(), -1).gather(-1, ids.roll(-1)[:, None])[:, 0]
@@ -137,25 +160,19 @@ def assert_device_loss_matches(got: tuple, expected: tuple, what: str) -> None:
 def check_losses_on_device(actor_config, method: str, device: str) -> dict[str, float]:
     """The loss on random logits on ``device`` under bf16 autocast equals fp32 on CPU (per-token loss, loss, distill
     metric, gradient). Controls, which must fail the same assertion: the CPU loss with the teacher's log-probs
-    rounded to bf16 (a loss computed in bf16), and with the ids one position late. Returns the measured max errors
+    rounded to bf16 (a loss computed in bf16), and with the teacher one position late. Returns the measured max errors
     and, per control, its max distance from the device's per-token loss."""
-    batch, logits = random_micro_batch(method)
-    expected = device_loss(actor_config, method, batch, logits, "cpu", autocast=False)
-    got = device_loss(actor_config, method, batch, logits, device, autocast=True)
+    batch, logits, teacher = random_micro_batch(method)
+    expected = device_loss(actor_config, method, batch, logits, teacher, "cpu", autocast=False)
+    got = device_loss(actor_config, method, batch, logits, teacher, device, autocast=True)
     assert_device_loss_matches(got, expected, f"{method} on {device}")
     assert float(expected[2]) > 0 and float(expected[3].abs().max()) > 0
     measured = {
         name: (g - e).abs().max().item() for name, g, e in zip(("per-token", "loss", "distill", "grad"), got, expected)
     }
-    for control in ("bf16 teacher", "ids one position late"):
-        tensors = batch.batch.clone()
-        if control == "bf16 teacher":
-            tensors[TEACHER_TOPK_LOG_PROBS] = tensors[TEACHER_TOPK_LOG_PROBS].bfloat16().float()
-        else:
-            tensors[TOPK_IDS] = roll_positions(tensors[TOPK_IDS])
-            tensors[TEACHER_TOPK_LOG_PROBS] = roll_positions(tensors[TEACHER_TOPK_LOG_PROBS])
-        corrupted_batch = DataProto(batch=tensors, meta_info=batch.meta_info)
-        corrupted = device_loss(actor_config, method, corrupted_batch, logits, "cpu", autocast=False)
+    for control in ("bf16 teacher", "teacher one position late"):
+        corrupted_teacher = teacher.bfloat16().float() if control == "bf16 teacher" else roll_positions(teacher)
+        corrupted = device_loss(actor_config, method, batch, logits, corrupted_teacher, "cpu", autocast=False)
         with pytest.raises(AssertionError):
             assert_device_loss_matches(got, corrupted, f"{method} vs {control}")
         measured[control] = (got[0] - corrupted[0]).abs().max().item()

@@ -19,9 +19,12 @@ Shared by ``treetune_tests/treetune_recipe/cpo/test_distribution_loss_engine_on_
 
 - :func:`distribution_engine`: an actor ``TrainingWorker`` with ``cpo_ppo_loss`` installed, one micro-batch per update
   (8 rows), no KL loss, and a plain batch with its hint-prompt twin (same responses), both scored in fp32.
-- :func:`check_engine_update` (:data:`CASES`): one real update with ``distillation_use_topk=True``; the engine's
-  ``actor/distill_loss`` and grad norm equal the fp32 loss written here (:func:`expected_update`), the PG term is 0,
-  and each corruption of :data:`CONTROLS` fails the same assertions.
+- :func:`check_engine_update` (:data:`CASES`): one real update with ``distillation_use_topk=True`` and the teacher's
+  forward bound to the loss (``treetune_verl.update_teacher.UpdateTeacher`` on the actor's own engine: the ``policy``
+  teacher, the same weights under the hint prompt), the hint prompts travelling as the batch's teacher columns; the
+  engine's ``actor/distill_loss`` and grad norm equal the fp32 loss written here (:func:`expected_update`), the PG
+  term is 0, the teacher ran once per micro-batch, and each corruption of :data:`CONTROLS` fails the same
+  assertions.
 - The loss alone on random logits on a device under bf16 autocast against fp32 on CPU:
   :mod:`treetune_tests.support.distribution_device_loss` (``check_losses_on_device``).
 
@@ -43,10 +46,11 @@ from verl import DataProto
 from verl.utils import tensordict_utils as tu
 
 from treetune_recipe.cpo.config import CPOConfig
-from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, TEACHER_TOPK_LOG_PROBS, TOPK_IDS, context_rows_only, cpo_ppo_loss
+from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, context_rows_only, cpo_ppo_loss
 from treetune_tests.support import engine_harness as harness
 from treetune_tests.support.fp32_reference import BATCH, rollout_batch
 from treetune_tests.support.shards import load_shards, local_shards
+from treetune_verl.update_teacher import UpdateTeacher, teacher_columns
 
 #: Sampling temperature of the batch (OPSD's τ): every log-softmax, the engine's and the expected one, is of logits/τ.
 TEMPERATURE = 1.1
@@ -77,29 +81,31 @@ BF16_OVERRIDES = ("actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dty
 @dataclass(frozen=True)
 class Case:
     """One engine update: ``method`` with ``knob`` (β or α) 0.5, ``k`` ids per token, which rows have a context,
-    and ``old_shift``: how far below (+) or above (-) the fp32 log-prob each token's ``old_log_probs`` lies, cycled
-    over the tokens (0: on-policy, SDPO's weight 1; 2: ratio e² clipped at 2; -0.5: ratio 0.61, not clipped)."""
+    ``old_shift``: how far below (+) or above (-) the fp32 log-prob each token's ``old_log_probs`` lies, cycled over
+    the tokens (0: on-policy, SDPO's weight 1; 2: ratio e² clipped at 2; -0.5: ratio 0.61, not clipped), and ``agg``:
+    ``cpo.token_loss_agg``."""
 
     method: str
     k: int
     context: tuple[int, ...] = ALL_CONTEXT
     old_shift: tuple[float, ...] = (0.0,)
+    agg: str = "seq_mean"
 
 
 CASES = {
     "opsd-k5": Case("opsd", 5, SOME_CONTEXT),
     "opsd-every-id": Case("opsd", EVERY_ID),
-    "sdpo-k5": Case("sdpo", 5, SOME_CONTEXT),
+    "sdpo-k5-token-mean": Case("sdpo", 5, SOME_CONTEXT, agg="token_mean"),
     "sdpo-k100-clipped-weight": Case("sdpo", 100, SOME_CONTEXT, old_shift=(0.0, 2.0, -0.5)),
 }
 #: Corruptions of the expected update; the engine must match none of them (each fails the same assertion):
 #: ``student one position early``: the student's distribution read at the position before (an off-by-one gather);
 #: ``ids one position late``: each token scored at the previous token's ids and teacher log-probs;
 #: ``plain-prompt teacher``: the teacher without its context (the loss is then 0).
-#: Where a row has no context (:func:`controls`): ``context mask ignored``: its tokens counted; ``every response
-#: token as the denominator``: the sum divided by every response token, not by the context rows' tokens (SDPO's
-#: official normalisation, which the trainer's update mask gives). Where SDPO's weight is not 1: ``importance weight
-#: unclipped``, ``no importance weight``.
+#: Where a row has no context (:func:`controls`): ``context mask ignored``: its tokens counted; with the per-sequence
+#: mean, ``token mean``: one mean over the context rows' tokens (long responses weigh more) instead; with the token
+#: mean, ``every response token as the denominator``: the sum divided by every response token, not by the context
+#: rows' tokens. Where SDPO's weight is not 1: ``importance weight unclipped``, ``no importance weight``.
 CONTROLS = ("student one position early", "ids one position late", "plain-prompt teacher")
 
 
@@ -108,7 +114,8 @@ def controls(case: Case) -> tuple[str, ...]:
     weight that is not 1)."""
     out = CONTROLS
     if 0 in case.context:
-        out += ("context mask ignored", "every response token as the denominator")
+        denominator = "token mean" if case.agg == "seq_mean" else "every response token as the denominator"
+        out += ("context mask ignored", denominator)
     if case.method == "sdpo" and any(case.old_shift):
         out += ("importance weight unclipped", "no importance weight")
     return out
@@ -127,9 +134,10 @@ def compose_config(model_path: Path, *overrides: str):
     )
 
 
-def cpo_config(method: str) -> CPOConfig:
+def cpo_config(method: str, k: int | None = None, agg: str = "seq_mean") -> CPOConfig:
     knob = {"opsd": "beta", "sdpo": "alpha"}[method]
-    return CPOConfig.from_config({"wrap_method": method, method: {knob: 0.5}})
+    block = {knob: 0.5} if k is None else {knob: 0.5, "top_k": k}
+    return CPOConfig.from_config({"wrap_method": method, method: block, "token_loss_agg": agg})
 
 
 @contextlib.contextmanager
@@ -279,9 +287,9 @@ class Update:
 def expected_update(engine: dict, case: Case, inputs: Inputs, control: str | None = None) -> Update:
     """The update's numbers in fp32 from transformers logits; ``control``: one of :data:`CONTROLS`.
 
-    The loss is verl's token-mean as ``distribution_loss`` calls it: Σ w·ℓ over the response tokens of rows with a
-    context, divided by ``batch_num_tokens``, which the engine counts over every response token of the mini-batch
-    (``FSDPEngine.forward_backward_batch``: ``loss_mask.sum()``, all-reduced over DP), rows without a context included.
+    ``seq_mean``: Σ_i c_i · (Σ_t w·ℓ over row i's response tokens) / (row i's token count), divided by the rows of
+    the mini-batch (a row without a context counts as 0); ``token_mean``: Σ w·ℓ over the response tokens of rows with a
+    context, divided by their number.
     """
     model, plain = engine["fp32"], engine["plain"]
     model.zero_grad(set_to_none=True)
@@ -307,8 +315,12 @@ def expected_update(engine: dict, case: Case, inputs: Inputs, control: str | Non
         if control == "no importance weight":
             weight = torch.ones_like(per_token)
     kept = mask * context[:, None]
-    denominator = mask.sum() if control == "every response token as the denominator" else kept.sum()
-    loss = (per_token * weight * kept).sum() / denominator
+    if case.agg == "seq_mean" and control != "token mean":
+        row_means = (per_token * weight * kept).sum(-1) / mask.sum(-1)
+        loss = row_means.sum() / len(row_means)
+    else:
+        denominator = mask.sum() if control == "every response token as the denominator" else kept.sum()
+        loss = (per_token * weight * kept).sum() / denominator
     loss.backward()
     grads = [p.grad.norm() for p in model.parameters() if p.grad is not None]
     model.zero_grad(set_to_none=True)
@@ -325,23 +337,27 @@ def expected_update(engine: dict, case: Case, inputs: Inputs, control: str | Non
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def case_batch(engine: dict, inputs: Inputs) -> DataProto:
-    """The plain batch (random advantages) with the case's keys."""
+def case_batch(engine: dict, case: Case, inputs: Inputs, teacher: DataProto | None = None) -> DataProto:
+    """The plain batch (random advantages) with the case's keys: the teacher's token columns (the hint batch's rows,
+    or ``teacher``'s), the context mask and ``old_log_probs``."""
     plain = engine["plain"]
     tensors = plain.batch.clone()
-    tensors[TOPK_IDS], tensors[TEACHER_TOPK_LOG_PROBS] = inputs.ids, inputs.teacher
+    tensors.update(teacher_columns(engine["hint"] if teacher is None else teacher))
     tensors[CONTEXT_MASK], tensors["old_log_probs"] = inputs.context, inputs.old
-    # The update's mask, as the trainer sends it (RayCPOTrainer._distribution_update).
-    tensors["response_mask"] = context_rows_only(tensors["response_mask"], inputs.context)
+    if case.agg == "token_mean":  # the update's mask, as the trainer sends it (RayCPOTrainer._distribution_update)
+        tensors["response_mask"] = context_rows_only(tensors["response_mask"], inputs.context)
     return DataProto(batch=tensors, non_tensor_batch=plain.non_tensor_batch, meta_info=dict(plain.meta_info))
 
 
 def engine_update(engine: dict, case: Case, inputs: Inputs) -> dict:
     """One actor update of the plain batch with the case's keys, as ``RayPPOTrainer._update_actor`` inside
-    ``student_logits_in_update``; the actor's weights are put back afterwards. Returns the metrics."""
-    actor, batch = engine["actor"], case_batch(engine, inputs)
+    ``student_logits_in_update``, the teacher's forward bound to the loss as ``set_loss_fn_with_teacher`` binds it (the
+    actor's own engine: a ``policy`` teacher); the actor's weights are put back afterwards. Returns the metrics."""
+    actor, batch = engine["actor"], case_batch(engine, case, inputs)
     data = harness.update_request(batch, distillation_use_topk=True)
-    actor.set_loss_fn(partial(cpo_ppo_loss, config=engine["actor_config"], cpo=cpo_config(case.method)))
+    teacher = UpdateTeacher(actor.engine, name="policy teacher")
+    cpo = cpo_config(case.method, case.k, case.agg)
+    actor.set_loss_fn(partial(cpo_ppo_loss, config=engine["actor_config"], cpo=cpo, teacher=teacher))
     module = actor.engine.module
     before = local_shards(module)
     try:
@@ -349,7 +365,8 @@ def engine_update(engine: dict, case: Case, inputs: Inputs) -> dict:
             output = actor.train_mini_batch(data)
     finally:
         load_shards(module, before)
-    assert len(calls) == 1, f"the update should be one micro-batch, got {len(calls)}"
+    # one micro-batch: the student's forward, and the teacher's beside it
+    assert len(calls) == 2 and teacher.forwards == 1, f"expected one micro-batch, got {len(calls)} forwards"
     return tu.get(output, "metrics")
 
 
@@ -376,7 +393,7 @@ def pg_loss_with_advantages_kept(engine: dict, inputs: Inputs) -> float:
     give), on the fp32 log-probs."""
     from verl.workers.utils.losses import ppo_loss
 
-    batch = case_batch(engine, inputs)
+    batch = case_batch(engine, CASES["opsd-k5"], inputs)
     data = harness.engine_format(batch, engine["actor_config"])
     sampled = engine["student"].gather(-1, batch.batch["responses"][..., None])[..., 0]
     model_output = {"log_probs": harness.as_nested(sampled, batch, data)}

@@ -11,23 +11,22 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""``treetune_verl.distribution_pass`` on verl's FSDP engine workers in this process (the context-sensitive tiny
-model, dynamic batch size so the engine reorders rows), against fp32 transformers run row by row without padding.
+"""``treetune_verl.distribution_pass`` and ``treetune_verl.update_teacher`` on verl's FSDP engine workers in this
+process (the context-sensitive tiny model, dynamic batch size so the engine reorders rows), against fp32 transformers
+run row by row without padding.
 
-Covered: the top-k pass under a hint prompt at two temperatures (worker method ``compute_topk_log_prob``, and
-``score_batch`` with padding and balancing over two stand-in DP ranks), the given-ids pass and the whole vocabulary,
-the layout helpers inside a real actor update switched on by ``student_logits_in_update`` (values and gradient), and
-the reference EMA. Each numerics check also runs its control: the same assertion on a corrupted input must fail.
+Covered: the in-update teacher's forward on the reference engine, from the batch's teacher columns, at two
+temperatures (the whole vocabulary at every response token); how the worker binds it to the loss and keeps the
+reference on the device; the layout helpers inside a real actor update switched on by ``student_logits_in_update``
+(values and gradient); and the reference EMA. Each numerics check also runs its control: the same assertion on a
+corrupted input must fail.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from omegaconf import OmegaConf
-from tensordict import TensorDict
 from verl import DataProto
-from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
@@ -35,22 +34,19 @@ from treetune_tests.support import engine_harness as harness
 from treetune_tests.support import fp32_reference as reference
 from treetune_tests.support.shards import load_shards, local_shards
 from treetune_verl.distribution_pass import (
-    TOPK_K,
     check_distribution_support,
-    gather_response_log_probs,
     response_positions,
+    response_rows,
     scatter_response_values,
     student_logits_in_update,
-    topk_log_probs,
 )
 from treetune_verl.reference_refresh import RefreshableReferenceWorker
-from treetune_verl.second_log_prob import score_batch
 from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
+from treetune_verl.update_teacher import UpdateTeacher, teacher_columns
 from treetune_verl.version import installed_verl_version
 
 HAS_HOOK = installed_verl_version().startswith("0.9.")
 needs_hook = pytest.mark.skipif(not HAS_HOOK, reason="the student-logits hook is verl 0.9.x only")
-K = 5
 
 
 @pytest.fixture(scope="module")
@@ -98,75 +94,76 @@ def request(batch: DataProto, temperature: float = 1.0, **flags):
     return data
 
 
-def assert_topk_matches(ids, log_probs, expected, mask, what: str) -> None:
-    """The engine's top-k equals fp32's: the k log-probs (sorted), the fp32 log-probs at the engine's ids (the same ids
-    up to bf16 near-ties), and at least 90 % of the ids exactly."""
-    mask = mask.bool()
-    top = expected.topk(ids.shape[-1], dim=-1)
-    reference.assert_scores_match(log_probs[mask], top.values[mask], f"{what}: top-k log-probs")
-    reference.assert_scores_match(expected.gather(-1, ids)[mask], top.values[mask], f"{what}: fp32 log-probs at ids")
-    agree = (ids == top.indices)[mask].float().mean().item()
-    assert agree >= 0.9, f"{what}: only {agree:.2f} of the top-k ids agree"
+def sampled_log_probs(logits: torch.Tensor, data) -> torch.Tensor:
+    """The log-prob of each response token under ``logits``, in the packed layout (through the layout helpers)."""
+    rows, log_normaliser, valid = response_rows(logits, data)
+    sampled = data["responses"].to(rows.device)[valid.to(rows.device)]
+    return scatter_response_values(rows.gather(-1, sampled[:, None])[:, 0] - log_normaliser, data)
 
 
 @needs_hook
 @pytest.mark.parametrize("temperature", [1.0, 1.1])
-def test_topk_under_a_hint_prompt_matches_fp32_transformers(engine, temperature):
-    hint, mask = engine["hint"], engine["hint"].batch["response_mask"]
-    data = request(hint, temperature, **{TOPK_K: K})
-    output = engine["worker"].compute_topk_log_prob(data)
-    ids, log_probs = output["topk_ids"], output["topk_log_probs"]
-    assert ids.shape == (len(hint), mask.shape[1], K) and ids.dtype == torch.int64
-    assert log_probs.dtype == torch.float32
-    assert bool((log_probs[mask.bool()].diff(dim=-1) <= 0).all()), "top-k must be sorted by descending log-prob"
-    assert engine["actor"].loss_fn is not None and engine["ref"].loss_fn is None  # the workers' losses are back
-    assert_topk_matches(ids, log_probs, fp32_distributions(engine, hint, temperature), mask, "hinted top-k")
-    # Controls: the plain prompt's distribution (same response tokens), and every token read one position early.
+def test_the_in_update_teacher_gives_the_references_distribution_under_the_hint_prompt(engine, temperature):
+    """An update micro-batch of the plain rows carries the hint rows as token columns; the teacher's forward on the
+    reference engine gives, at each response token, fp32 transformers' log-softmax under the hint prompt at the
+    request's temperature, over the whole vocabulary."""
+    plain, hint = engine["plain"], engine["hint"]
+    batch = DataProto(batch=plain.batch.clone(), non_tensor_batch=plain.non_tensor_batch, meta_info=plain.meta_info)
+    batch.batch.update(teacher_columns(hint))
+    data = request(batch, temperature)
+    teacher = UpdateTeacher(engine["ref"].engine)
+    rows = teacher(data)
+    mask = plain.batch["response_mask"].bool()
+    vocab = len(engine["tokenizer"])
+    assert teacher.forwards == 1 and torch.equal(rows.valid, mask) and rows.log_probs.shape[-1] >= vocab
+    torch.testing.assert_close(rows.log_probs.exp().sum(-1), torch.ones(int(mask.sum())), atol=1e-4, rtol=0)
+    got = rows.log_probs[:, :vocab]
+    expected = fp32_distributions(engine, hint, temperature)[mask]
+    top = expected.topk(20, dim=-1)
+    reference.assert_scores_match(got.gather(-1, top.indices), top.values, "teacher, 20 likeliest ids")
+    # Controls: the plain prompt's distribution (the same response tokens), every token read one position early.
     controls = {
-        "plain prompt": fp32_distributions(engine, engine["plain"], temperature),
-        "shift": fp32_distributions(engine, hint, temperature, shift=1),
+        "plain prompt": fp32_distributions(engine, plain, temperature)[mask],
+        "shift": fp32_distributions(engine, hint, temperature, shift=1)[mask],
     }
     if temperature != 1.0:
-        controls["temperature 1.0"] = fp32_distributions(engine, hint, 1.0)
+        controls["temperature 1.0"] = fp32_distributions(engine, hint, 1.0)[mask]
     for name, corrupted in controls.items():
         with pytest.raises(AssertionError):
-            assert_topk_matches(ids, log_probs, corrupted, mask, f"hinted top-k vs {name}")
+            reference.assert_scores_match(got.gather(-1, top.indices), corrupted.gather(-1, top.indices), name)
+    # A teacher column that does not hold the batch's responses is refused (rows out of order).
+    shuffled = DataProto(batch=batch.batch.clone(), meta_info=batch.meta_info)
+    shuffled.batch.update({key: value.roll(1, dims=0) for key, value in teacher_columns(hint).items()})
+    with pytest.raises(ValueError, match="other response tokens"):
+        teacher(request(shuffled, temperature))
 
 
 @needs_hook
-def test_given_ids_and_the_whole_vocabulary_match_fp32_transformers(engine):
-    hint, mask = engine["hint"], engine["hint"].batch["response_mask"]
-    vocab = len(engine["tokenizer"])
-    expected = fp32_distributions(engine, hint)
-    gen = torch.Generator().manual_seed(0)
-    ids = torch.cat([hint.batch["responses"][..., None], torch.randint(0, vocab, (*mask.shape, 3), generator=gen)], -1)
-    data = request(hint)
-    output = topk_log_probs(engine["ref"], data, k=0, ids=ids)
-    got = output["topk_log_probs"]
-    assert tu.get(data, "compute_loss") is False and "treetune_topk_row" not in data.keys()  # the request is intact
-    assert torch.equal(output["topk_ids"], ids * mask[..., None])
-    m = mask.bool()
-    reference.assert_scores_match(got[m], expected.gather(-1, ids)[m], "log-probs at given ids")
-    # The sampled token's column is the engine's own log-prob from the same forward (same logits, row order kept).
-    own = no_padding_2_padding(output["log_probs"], data).float()
-    torch.testing.assert_close(got[..., 0][m], own[m], atol=2e-2, rtol=0)
-    for name, corrupted in {
-        "shift": fp32_distributions(engine, hint, shift=1).gather(-1, ids),
-        "wrong ids": expected.gather(-1, (ids + 1) % vocab),
-    }.items():
-        with pytest.raises(AssertionError):
-            reference.assert_scores_match(got[m], corrupted[m], f"log-probs at given ids vs {name}")
-
-    full = topk_log_probs(engine["ref"], request(hint), k=0)
-    rows = full["topk_ids"].shape[-1]
-    assert rows >= vocab  # every row of the output layer (the model's padding rows included)
-    torch.testing.assert_close(full["topk_log_probs"].exp().sum(-1)[m], torch.ones(int(m.sum())), atol=1e-4, rtol=0)
-    assert torch.equal(full["topk_ids"][m].sort(-1).values, torch.arange(rows).expand(int(m.sum()), rows))
-    by_id = torch.zeros(*mask.shape, rows).scatter(-1, full["topk_ids"], full["topk_log_probs"])
-    top = expected.topk(20, dim=-1)
-    reference.assert_scores_match(by_id.gather(-1, top.indices)[m], top.values[m], "whole vocabulary, 20 likeliest")
-    with pytest.raises(AssertionError):
-        reference.assert_scores_match(by_id.gather(-1, (top.indices + 1) % vocab)[m], top.values[m], "wrong ids")
+def test_the_worker_binds_the_teachers_engine_to_the_loss_and_holds_the_reference_for_the_update(engine):
+    worker, actor = engine["worker"], engine["actor"]
+    saved = actor.loss_fn
+    try:
+        worker.set_loss_fn_with_teacher(print, "reference")
+        assert actor.loss_fn.keywords["teacher"].engine is engine["ref"].engine and actor.loss_fn.func is print
+        entered = []
+        ref_engine = engine["ref"].engine
+        original = type(ref_engine).eval_mode
+        ref_engine.eval_mode = lambda **kwargs: (entered.append(kwargs), original(ref_engine, **kwargs))[1]
+        with worker._reference_teacher_on_device():
+            assert ref_engine.mode == "eval"
+        assert entered and ref_engine.mode is None
+        worker.set_loss_fn_with_teacher(print, "actor")
+        assert actor.loss_fn.keywords["teacher"].engine is actor.engine
+        entered.clear()
+        with worker._reference_teacher_on_device():  # a policy teacher: nothing to hold
+            pass
+        assert not entered
+        with pytest.raises(ValueError, match="teacher must be one of"):
+            worker.set_loss_fn_with_teacher(print, "ema")
+    finally:
+        vars(engine["ref"].engine).pop("eval_mode", None)
+        vars(worker).pop("update_teacher", None)
+        actor.loss_fn = saved
 
 
 @needs_hook
@@ -196,14 +193,8 @@ class GatherProbe:
     def __call__(self, *, data, student_logits=None, model_output=None, dp_group=None):
         if student_logits is not None:
             self.student_calls += 1
-            sampled = data["responses"][..., None]
             shifted = torch.roll(student_logits, shifts=1, dims=1)
-            return {
-                "gathered": scatter_response_values(
-                    gather_response_log_probs(student_logits, data, sampled)[..., 0], data
-                ),
-                "shifted": scatter_response_values(gather_response_log_probs(shifted, data, sampled)[..., 0], data),
-            }
+            return {"gathered": sampled_log_probs(student_logits, data), "shifted": sampled_log_probs(shifted, data)}
         mask = data["response_mask"].float()
         values = {key: no_padding_2_padding(model_output[key], data) for key in ("gathered", "shifted", "log_probs")}
         self.rows.append((data["row"].cpu(), {key: v.detach().float().cpu() for key, v in values.items()}))
@@ -272,51 +263,6 @@ def test_layout_helpers_inside_an_actor_update_give_the_sampled_log_probs_and_a_
 
 
 @needs_hook
-def test_score_batch_returns_topk_in_the_callers_order_after_padding_and_balancing(engine):
-    class InProcessGroup:
-        """Two stand-in DP ranks on the in-process worker: the request split in two, the outputs concatenated."""
-
-        def __init__(self, mesh):
-            self._dispatch_info, self.requests = {mesh: [0, 1]}, []
-
-        def _two_ranks(self, method, data):
-            self.requests.append(data)
-            return tu.concat_tensordict([method(part) for part in tu.chunk_tensordict(data, 2)])
-
-        def compute_topk_log_prob(self, data):
-            return self._two_ranks(engine["worker"].compute_topk_log_prob, data)
-
-        def compute_ref_topk_log_prob(self, data):
-            return self._two_ranks(engine["worker"].compute_ref_topk_log_prob, data)
-
-    trainer = type("Trainer", (), {"_get_dp_size": RayPPOTrainer._get_dp_size})()
-    trainer._balance_batch = RayPPOTrainer._balance_batch.__get__(trainer)
-    trainer.config = OmegaConf.merge(engine["config"], {"trainer": {"balance_batch": True}})
-    trainer.actor_rollout_wg, trainer.ref_policy_wg = InProcessGroup("actor"), InProcessGroup("ref")
-    trainer.ref_in_actor = False
-    hint = engine["hint"][:7]  # padded to 8 rows for the two ranks
-    mask = hint.batch["response_mask"]
-    expected = fp32_distributions(engine, hint, temperature=1.0)
-    scores = score_batch(trainer, hint, on="actor", entropy=True, topk=K)
-    assert scores.topk_ids.shape == (7, mask.shape[1], K) and scores.entropy is not None
-    assert_topk_matches(scores.topk_ids, scores.topk_log_probs, expected, mask, "score_batch top-k")
-    sampled = expected.gather(-1, hint.batch["responses"][..., None])[..., 0]
-    reference.assert_scores_match(scores.log_probs, sampled * mask, "score_batch log-probs", mask)
-    (sent,) = trainer.actor_rollout_wg.requests
-    assert len(sent) == 8
-    plain_order = [hint.batch["input_ids"][i][hint.batch["attention_mask"][i].bool()].tolist() for i in [*range(7), 0]]
-    assert [ids.tolist() for ids in sent["input_ids"].unbind()] != plain_order  # balancing reordered the rows
-    # Given ids on the reference, in the caller's order; control: the rows' ids read back in the sent order fail.
-    ids = scores.topk_ids.flip(-1)
-    by_ref = score_batch(trainer, hint, on="reference", topk_ids=ids)
-    assert torch.equal(by_ref.topk_ids, ids * mask[..., None]) and by_ref.entropy is None
-    m = mask.bool()
-    reference.assert_scores_match(by_ref.topk_log_probs[m], expected.gather(-1, ids)[m], "score_batch given ids")
-    with pytest.raises(AssertionError):
-        reference.assert_scores_match(by_ref.topk_log_probs[m], expected.gather(-1, ids.roll(1, dims=0))[m], "rows")
-
-
-@needs_hook
 @torch.no_grad()
 def test_ema_moves_the_reference_towards_the_actor_in_closed_form(engine):
     worker, tau = engine["worker"], 0.3
@@ -372,31 +318,3 @@ def test_release_check_names_the_reason(monkeypatch):
     monkeypatch.setattr(distribution_pass, "installed_verl_version", lambda: "0.7.1")
     with pytest.raises(RuntimeError, match=r"need verl 0\.9\.x .* installed verl is 0\.7\.1"):
         distribution_pass.check_distribution_support()
-
-
-@needs_hook
-def test_the_old_log_prob_pass_can_return_the_top_k_of_its_own_forward():
-    """verl's pass calls ``compute_log_prob`` once and keeps log_probs, entropy and metrics; inside the block the call
-    goes to ``compute_topk_log_prob`` with k, and the top-k it returns is kept for the caller; afterwards the group's
-    own method is back."""
-    from treetune_verl.distribution_pass import TOPK_K, topk_in_log_prob_pass
-
-    class Group:
-        def __init__(self):
-            self.calls = []
-
-        def compute_log_prob(self, data):
-            self.calls.append(("plain", None))
-            return TensorDict({}, batch_size=[])
-
-        def compute_topk_log_prob(self, data):
-            self.calls.append(("topk", tu.get_non_tensor_data(data=data, key=TOPK_K, default=None)))
-            return TensorDict({"topk_ids": torch.ones(2, 3, 4), "topk_log_probs": -torch.ones(2, 3, 4)}, batch_size=[])
-
-    group = Group()
-    with topk_in_log_prob_pass(group, k=4) as captured:
-        group.compute_log_prob(TensorDict({}, batch_size=[]))
-    assert group.calls == [("topk", 4)]
-    assert captured["topk"].ids.dtype == torch.long and captured["topk"].ids.shape == (2, 3, 4)
-    group.compute_log_prob(TensorDict({}, batch_size=[]))  # restored: verl's own pass again
-    assert group.calls[-1] == ("plain", None)

@@ -69,9 +69,9 @@ def opsd_jsd(student: torch.Tensor, teacher: torch.Tensor, knobs: OPSDKnobs) -> 
     full vocabulary when k covers it). ``student``/``teacher``: full-vocabulary log-probs at those ids, ``[B, T, k]``.
 
     The paper's Eq. and the official ``generalized_jsd_loss`` (``opsd_trainer.py``); averaged over response tokens by
-    the loss. Remaining differences: the teacher's distribution is computed once per step before the update (the
-    official trainer computes it in the same step too, with one update per batch the student is the same policy); the
-    teacher's top-k is stored per token, not its full logits, when k < vocabulary.
+    the loss (per sequence by default, as the official micro-batch of one row). The teacher's forward runs inside the
+    update, beside the student's, on the same micro-batch, as in the official ``compute_loss``. Remaining differences
+    are listed on the method's agent-docs page.
     """
     return opsd_token_loss(student, teacher, knobs.beta)
 

@@ -89,12 +89,15 @@ register_method(
         context="successful_sibling",
         published_teacher="ema",
         knobs=SDPOKnobs,
-        # sdpo.yaml / run_sdpo_all.sh: mini-batch = batch (one update per rollout, so the student at the update is the
-        # rollout policy whose top-k the teacher is read at); no KL loss (the reference worker that holds the EMA
-        # teacher exists only with the KL loss on: it stays on with weight 0).
+        # sdpo.yaml / run_sdpo_all.sh: mini-batch = batch (one update per rollout); the loss weighted by verl's
+        # token-level rollout importance ratio, clipped at 2 (rollout_correction.rollout_is); no KL loss (the
+        # reference worker that holds the EMA teacher exists only with the KL loss on: it stays on with weight 0, and
+        # its unread log-prob pass is skipped).
         run_settings=(
             "actor_rollout_ref.actor.kl_loss_coef=0",
             "actor_rollout_ref.actor.ppo_mini_batch_size=${data.train_batch_size}",
+            "algorithm.rollout_correction.rollout_is=token",
+            "algorithm.rollout_correction.rollout_is_threshold=2.0",
         ),
     )
 )

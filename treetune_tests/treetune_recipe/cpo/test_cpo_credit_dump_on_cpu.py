@@ -26,7 +26,7 @@ from verl import DataProto
 from treetune_recipe.cpo import cpo_credit_dump
 from treetune_recipe.cpo.config import CPOConfig
 from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig, build_dump, maybe_dump_credit, select_rows
-from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, TEACHER_TOPK_LOG_PROBS, TOPK_IDS
+from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, TOKEN_LOSS, teacher_top_keys
 from treetune_recipe.cpo.credit_report import render_report
 from treetune_verl.second_log_prob import Scores
 from treetune_verl.tiny_assets import build_tiny_assets
@@ -162,15 +162,19 @@ def test_report_shows_every_token_with_its_exact_values_escaped(tokenizer):
 def test_a_distribution_level_dump_holds_the_context_the_teachers_top_ids_and_the_token_loss(tokenizer, method):
     batch, hint = _batch(tokenizer)
     torch.manual_seed(1)
-    k, vocab = 4, 50
-    student, teacher = torch.log_softmax(torch.randn(4, 3, vocab), -1), torch.log_softmax(torch.randn(4, 3, vocab), -1)
-    ids = teacher.topk(k, dim=-1).indices
-    batch.batch[TOPK_IDS], batch.batch[TEACHER_TOPK_LOG_PROBS] = ids, teacher.gather(-1, ids)
+    shown, vocab = 3, 50
+    teacher = torch.log_softmax(torch.randn(4, 3, vocab), -1)
+    top = teacher.topk(shown, dim=-1)
+    token_loss = torch.rand(4, 3)
+    # What the extra pass returns per token (the loss's logits call): the token loss and the teacher's top ids.
+    outputs = {TOKEN_LOSS: token_loss}
+    for i in range(shown):
+        id_key, log_prob_key = teacher_top_keys(i)
+        outputs[id_key], outputs[log_prob_key] = top.indices[..., i].float(), top.values[..., i]
     batch.batch[CONTEXT_MASK] = torch.tensor([1.0, 1.0, 0.0, 1.0])
     cpo_config = CPOConfig.from_config({"wrap_method": method})
-    at_ids = student.gather(-1, ids)
-    dump = build_dump(batch, hint, torch.rand(4, 3), tokenizer, cpo_config, step=2, max_rows=8, student_topk=at_ids)
-    expected = cpo_config.method.token_loss(at_ids, teacher.gather(-1, ids), cpo_config.knobs)
+    dump = build_dump(batch, hint, torch.rand(4, 3), tokenizer, cpo_config, step=2, max_rows=8, distribution=outputs)
+    expected, ids = token_loss, top.indices
     for row in dump["rows"]:
         r, valid = row["row"], batch.batch["response_mask"][row["row"]].bool()
         assert "advantage_shaped" not in row and row["has_context"] == bool(batch.batch[CONTEXT_MASK][r])

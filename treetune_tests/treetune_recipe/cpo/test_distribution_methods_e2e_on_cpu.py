@@ -15,6 +15,11 @@
 CPO recipe's entry point with their published settings on the context-sensitive tiny model, two steps each, checked
 from each run's outputs (metrics, log, the credit dump of step 2). Each run is made once, on first use
 (``distribution_runs``). The CPO runs and the start-up checks are in ``test_cpo_cpu_e2e_on_cpu.py``.
+
+The teacher runs inside the update, beside the student, on the worker: what the driver hands ``update_actor``
+(``treetune/update_actor_mb``) stays below the size of the per-id tensors the former teacher pass shipped (ids and
+log-probs, 12 bytes per id, per response token), and the reference's log-prob pass, unread at the published KL weight
+0, does not run.
 """
 
 import json
@@ -58,6 +63,16 @@ def distribution_runs(context_sensitive_assets_dir, tmp_path_factory):
     return run
 
 
+def assert_no_per_id_tensor_reached_the_update(metrics: dict, ids_per_token: int) -> None:
+    """The batch handed to ``update_actor`` is smaller than one ``[rows, response width, ids]`` pair of ids and
+    log-probs (what a teacher pass before the update has to send through the driver); and the unread reference pass
+    was skipped (no drift metric, no KL term)."""
+    rows, width = metrics["treetune/update_actor_rows"], metrics["treetune/update_actor_width"]
+    per_id_tensors_mb = rows * width * ids_per_token * 12 / 2**20
+    assert 0 < metrics["treetune/update_actor_mb"] < per_id_tensors_mb, (metrics["treetune/update_actor_mb"], rows)
+    assert "treetune/drift/old_minus_ref_mean" not in metrics and "actor/kl_loss" not in metrics
+
+
 def teacher_distribution(model, prompt_ids, token_ids, vocab_size: int, temperature: float):
     """fp32 transformers' log-softmax (at ``temperature``, over the tokenizer's ids) before each response token."""
     import torch
@@ -83,8 +98,8 @@ def test_opsd_trains_on_the_jsd_over_the_initial_teachers_distribution(distribut
         step_metrics = metrics[step]
         assert step_metrics["actor/pg_loss"] == 0 and step_metrics["actor/distill_loss"] > 0  # JSD replaces the PG loss
         assert step_metrics["cpo/teacher/initial"] == 1 and step_metrics["cpo/context_frac"] == 1
-        assert step_metrics["cpo/topk_k"] >= vocab_size  # top_k 0: every id of the output layer
-        assert step_metrics["cpo/topk_bytes"] > 0
+        assert step_metrics["cpo/topk_k"] == 0  # top_k 0: the whole vocabulary, the published default
+        assert_no_per_id_tensor_reached_the_update(step_metrics, vocab_size)
         # The hf rollout honours top-k and top-p: its log-probs are of the truncated distribution, the trainer's of the
         # whole one (both at τ 1.1), so they disagree above the warn level, where an untruncated run agrees to ~1e-8.
         assert step_metrics["rollout_corr/kl"] > ROLLOUT_KL_MAX
@@ -112,7 +127,9 @@ def test_opsd_trains_on_the_jsd_over_the_initial_teachers_distribution(distribut
 @pytest.mark.timeout(RUN_TIMEOUT_S + 120)
 def test_sdpo_distils_from_a_successful_sibling_with_an_ema_teacher(distribution_runs):
     run_dir, metrics = distribution_runs("sdpo")
-    assert "[cpo] teacher of the hinted pass: ema (published setting of sdpo" in (run_dir / "train.log").read_text()
+    log = (run_dir / "train.log").read_text()
+    assert "[cpo] teacher of the hinted pass: ema (published setting of sdpo" in log
+    assert "algorithm.rollout_correction.rollout_is=token" in log
     # The EMA teacher scores step 1 with the starting model and step 2 with the average that took step 1's update.
     assert [metrics[step]["cpo/teacher_weights_step"] for step in (1, 2)] == [0, 1]
     assert [metrics[step]["cpo/teacher_refreshed"] for step in (1, 2)] == [0, 1]
@@ -124,9 +141,9 @@ def test_sdpo_distils_from_a_successful_sibling_with_an_ema_teacher(distribution
         assert metrics[step]["actor/pg_loss"] == 0 and metrics[step]["cpo/topk_k"] == 100
         assert metrics[step]["cpo/context_frac"] > 0  # about half correct: most groups have a second success
         assert metrics[step]["actor/distill_loss"] > 0
-        # The student's top-k ids come from the step's old-log-prob pass (no pass of their own), whose log-probs are
-        # still the trainer's: the rollout agrees with them as in any healthy run.
-        assert "timing_s/cpo_student_topk" not in metrics[step]
+        # The student's top-k ids come from the update's own logits; the rollout agrees with the trainer as in any
+        # healthy run, and the loss is weighted by the rollout importance ratio as published (rollout_is=token).
+        assert_no_per_id_tensor_reached_the_update(metrics[step], 100)
         assert abs(metrics[step]["rollout_corr/kl"]) < ROLLOUT_KL_MAX
     # In the dump: a row has a teacher context exactly when another row of its group succeeded (the dump keeps rows of
     # every kind, so some groups are shown in part: check the rule where the dump shows a success other than the row).

@@ -1,0 +1,110 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""One distribution-level actor update with the in-update teacher, run by ``world`` processes over gloo (CPU), as verl's
+data-parallel workers run it: each rank holds a contiguous share of the rows (verl's dispatch), the actor and the
+reference are FSDP-sharded over the ranks, and the teacher's forward runs on every rank for every micro-batch.
+
+Used by ``treetune_tests/treetune_recipe/cpo/test_distribution_loss_ranks_on_cpu.py``: :func:`run_update` spawns the
+ranks and returns rank 0's report (the update's metrics and a digest of the updated weights).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from treetune_tests.support.fp32_reference import BATCH
+
+#: Rows with a teacher context in the update (some rows without one, on both ranks).
+CONTEXT = (1, 0, 1, 1, 1, 0, 1, 1)
+
+
+def _rank_main(rank: int, world: int, port: int, assets_dir: str, method: str, rows: list[int], out: str) -> None:
+    import verl_cpu.activate  # noqa: F401  (as in every Ray process of a CPU run)
+    from transformers import AutoTokenizer
+    from verl import DataProto
+    from verl.utils import tensordict_utils as tu
+
+    from treetune_recipe.cpo.cpo_hint import HintConfig, build_hint_batch
+    from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, cpo_ppo_loss
+    from treetune_tests.support import distribution_harness as checks
+    from treetune_tests.support import engine_harness as harness
+    from treetune_tests.support.fp32_reference import rollout_batch
+    from treetune_verl.update_teacher import UpdateTeacher, teacher_columns
+
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model_path = Path(assets_dir) / "model"
+    # Fixed micro-batches of 2 rows: each rank's share is several micro-batches, the same count on every rank.
+    config = checks.compose_config(model_path, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2")
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    plain = rollout_batch(model_path, tokenizer, seed=2)
+    plain.meta_info["temperature"] = checks.TEMPERATURE
+    hint_config = HintConfig.from_config(config.cpo.hint).resolve(config.data.max_prompt_length)
+    hint, _ = build_hint_batch(plain, tokenizer, hint_config)
+    tensors = plain.batch.clone()
+    tensors.update(teacher_columns(hint))
+    tensors[CONTEXT_MASK] = torch.tensor(CONTEXT, dtype=torch.float32)
+    # A fixed old policy of -3 nats per token: SDPO's weight min(π/π_old, 2) is not 1 (clipped where log π > -2.3).
+    tensors["old_log_probs"] = -3.0 * tensors["response_mask"].float()
+    batch = DataProto(batch=tensors, non_tensor_batch=plain.non_tensor_batch, meta_info=dict(plain.meta_info))
+    share = len(rows) // world
+    mine = batch.select_idxs(torch.tensor(rows[rank * share : (rank + 1) * share]))
+    actor, actor_config = harness.actor_worker(config, checks.cpo_config(method))
+    ref = harness.ref_worker(config)
+    teacher = UpdateTeacher(ref.engine, name="reference teacher")
+    actor.set_loss_fn(partial(cpo_ppo_loss, config=actor_config, cpo=checks.cpo_config(method), teacher=teacher))
+    data = harness.update_request(mine, distillation_use_topk=True)
+    tu.assign_non_tensor(data, global_batch_size=len(rows), mini_batch_size=len(rows))
+    with ref.engine.eval_mode():
+        output = actor.train_mini_batch(data)
+    # A digest of the updated actor: its full parameters (gathered over the ranks), flattened.
+    flat = torch.cat([
+        (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().float().flatten()
+        for p in actor.engine.module.parameters()
+    ])  # fmt: skip
+    if rank == 0:
+        metrics = tu.get(output, "metrics")
+        report = {
+            "distill_loss": float(sum(torch.as_tensor(metrics["actor/distill_loss"]).flatten().tolist())),
+            "grad_norm": float(torch.as_tensor(metrics["grad_norm"]).flatten()[0]),
+            "teacher_forwards": teacher.forwards,
+        }
+        torch.save({"report": report, "weights": flat}, out)
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+def run_update(assets_dir: Path, method: str, world: int, rows: list[int] | None, out_dir: Path) -> dict:
+    """Spawn ``world`` ranks that run one update of ``rows`` (default: every row of the batch) with ``method``;
+    returns rank 0's ``{"report": {...}, "weights": flat tensor}``."""
+    import torch.multiprocessing as mp
+
+    rows = list(range(BATCH)) if rows is None else rows
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = str(out_dir / f"{method}_{world}_{len(rows)}.pt")
+    mp.spawn(_rank_main, args=(world, port, str(assets_dir), method, rows, out), nprocs=world, join=True)
+    result = torch.load(out, weights_only=False)
+    print(json.dumps(result["report"]))
+    return result
