@@ -131,3 +131,30 @@ def test_copy_parameters_refuses_different_models_before_copying():
     with pytest.raises(ValueError, match="different parameters"):
         copy_parameters(torch.nn.Linear(4, 3, bias=False), reference)
     torch.testing.assert_close(reference.weight, before)
+
+
+def test_the_ema_teacher_skips_an_update_without_a_finite_gradient():
+    """As SDPO's official code: the EMA moves only when some optimizer step of the update had a finite gradient norm
+    (verl's engine skipped the others, so the actor did not change). Control: one finite norm among them moves it."""
+    from verl import DataProto
+
+    from treetune_recipe.cpo.cpo_ray_trainer import actor_changed
+    from treetune_recipe.cpo.teacher import Teacher
+
+    class Group:
+        rates = []
+
+        def ema_actor_weights_into_reference(self, rate):
+            self.rates.append(rate)
+
+    def update(norms):
+        return DataProto(meta_info={"metrics": {"actor/grad_norm": norms}})
+
+    teacher = Teacher(CPOConfig.from_config({"wrap_method": "sdpo"}).teacher_config)
+    assert not actor_changed(update([float("nan"), float("inf")]))
+    teacher.after_update(1, Group(), actor_changed=actor_changed(update([float("nan"), float("inf")])))
+    assert Group.rates == [] and teacher.weights_step is None
+    assert actor_changed(update([float("nan"), 0.7])) and actor_changed(update(0.3))
+    assert actor_changed(DataProto(meta_info={"metrics": {}}))  # no norm reported: assume the actor changed
+    teacher.after_update(2, Group(), actor_changed=actor_changed(update([float("nan"), 0.7])))
+    assert Group.rates == [0.05] and teacher.weights_step == 2

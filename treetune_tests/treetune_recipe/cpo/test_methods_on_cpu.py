@@ -217,3 +217,58 @@ def test_a_distribution_level_method_needs_the_logits_hook_of_verl_0_9():
         with pytest.raises(PreflightError, match="use_fused_kernels=false"):
             check_cpo_config(compose_cpo("cpo.wrap_method=sdpo", "actor_rollout_ref.model.use_fused_kernels=true"))
     check_cpo_config(compose_cpo("cpo.wrap_method=opsd_token"))  # the sampled-token form runs on both releases
+
+
+class _TrainerState:
+    """What ``RayCPOTrainer``'s reference-pass decision reads: the run config and its ``CPOConfig``."""
+
+    def __init__(self, config):
+        from treetune_recipe.cpo.config import CPOConfig
+
+        self.config, self.cpo_config = config, CPOConfig.from_config(config.cpo)
+
+
+@pytest.mark.parametrize("method", ["rlsd", "opsd", "opsd_token", "sdpo"])
+def test_no_reference_pass_runs_at_a_peers_published_settings(method):
+    """Every peer publishes a KL loss of weight 0: nothing reads verl's reference log-probs, so the trainer skips the
+    pass (its teacher on the reference worker is scored by passes of its own, or inside the update). Controls: the
+    recipe's default KL weight, a KL penalty in the reward, and ``cpo.drift_metrics`` each keep the pass."""
+    from treetune_recipe.cpo.cpo_ray_trainer import RayCPOTrainer
+
+    def reads(*overrides):
+        config = compose_cpo(f"cpo.wrap_method={method}", *overrides)
+        apply_method_run_settings(config, [f"cpo.wrap_method={method}", *overrides])
+        return RayCPOTrainer._reference_log_probs_read(_TrainerState(config))
+
+    assert compose_cpo().actor_rollout_ref.actor.use_kl_loss  # the reference worker exists (it holds the teacher)
+    assert not reads()
+    assert reads("actor_rollout_ref.actor.kl_loss_coef=0.001")
+    assert reads("algorithm.use_kl_in_reward=true")
+    assert reads("cpo.drift_metrics=true")
+
+
+def test_a_skipped_reference_pass_adds_no_key_and_still_moves_the_teacher(monkeypatch):
+    """The skipped pass returns an empty table of the batch's rows (``fit`` unions it: no ``ref_log_prob``), after the
+    teacher took the actor's weights when due; verl's pass itself never runs."""
+    import torch
+    from verl import DataProto
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from treetune_recipe.cpo.cpo_ray_trainer import RayCPOTrainer
+
+    moved, verl_passes = [], []
+    monkeypatch.setattr(RayPPOTrainer, "_compute_ref_log_prob", lambda self, batch: verl_passes.append(len(batch)))
+    trainer = object.__new__(RayCPOTrainer)
+    config = compose_cpo("cpo.wrap_method=sdpo")
+    apply_method_run_settings(config, ["cpo.wrap_method=sdpo"])  # the published KL weight 0
+    state = _TrainerState(config)
+    trainer.config, trainer.cpo_config, trainer.cpo_enabled = state.config, state.cpo_config, True
+    trainer.teacher = type("Teacher", (), {"before_reference_pass": lambda self, step, group: moved.append(step)})()
+    trainer.global_steps, trainer.actor_rollout_wg = 3, None
+    batch = DataProto.from_dict(tensors={"responses": torch.zeros(4, 2, dtype=torch.long)})
+    added = trainer._compute_ref_log_prob(batch)
+    assert len(added) == 4 and list(added.batch.keys()) == [] and moved == [3] and verl_passes == []
+    assert "ref_log_prob" not in batch.union(added).batch.keys()
+    trainer.config.actor_rollout_ref.actor.kl_loss_coef = 0.001  # control: a KL term reads it, verl's pass runs
+    trainer._compute_ref_log_prob(batch)
+    assert verl_passes == [4] and moved == [3, 3]
