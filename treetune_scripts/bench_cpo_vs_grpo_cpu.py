@@ -19,8 +19,8 @@ Runs one after the other on the same tiny config (the CPO recipe's, ``platform=c
 ``cpo_initial`` and ``cpo_refreshed``: ``cpo_needed`` with the hinted pass on verl's reference worker (teacher
 ``initial``, and ``refreshed`` from the actor every :data:`BENCH_REFRESH_STEPS` steps, so that the measured steps
 include refreshes), and the published peers ``rlsd``, ``opsd``, ``opsd_token`` and ``sdpo`` with their own settings
-(their teacher, sampling and updates per rollout; OPSD's top-k ids per token and SDPO's student top-k pass show as
-parts of the update). All use dynamic batch sizes (the GPU launch scripts' setting: a pass costs
+(their teacher, sampling and updates per rollout; OPSD's and SDPO's teacher runs inside the update). All use
+dynamic batch sizes (the GPU launch scripts' setting: a pass costs
 the tokens it scores) and the ``compute_score_half_correct`` reward, a stand-in for a policy right about half the
 time (the tiny random model never is), so that CPO has rows whose hinted log-probs it does not read. The first
 ``warmup`` steps are dropped. Prints the median step time and its parts side by side (nested parts indented under
@@ -90,7 +90,6 @@ NESTED_IN = {
     "timing_s/cpo_hint_batch": "timing_s/update_actor",
     "timing_s/cpo_gw_log_prob": "timing_s/update_actor",
     "timing_s/cpo_teacher_context": "timing_s/update_actor",
-    "timing_s/cpo_student_topk": "timing_s/update_actor",
 }
 HINT_RATIO_TARGET_MARGIN = 0.1
 #: Not a metric of verl's: the run's peak resident memory (:attr:`TrainingRun.peak_rss_bytes`) in GiB.

@@ -15,8 +15,9 @@
 data-parallel workers run it: each rank holds a contiguous share of the rows (verl's dispatch), the actor and the
 reference are FSDP-sharded over the ranks, and the teacher's forward runs on every rank for every micro-batch.
 
-Used by ``treetune_tests/treetune_recipe/cpo/test_distribution_loss_ranks_on_cpu.py``: :func:`run_update` spawns the
-ranks and returns rank 0's report (the update's metrics and a digest of the updated weights).
+Used by ``treetune_tests/treetune_recipe/cpo/test_distribution_loss_ranks_on_cpu.py``: :func:`run_updates` spawns the
+ranks, which run one update per method from the same weights, and returns rank 0's report per method (the update's
+metrics and the updated weights).
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ from treetune_tests.support.fp32_reference import BATCH
 CONTEXT = (1, 0, 1, 1, 1, 0, 1, 1)
 
 
-def _rank_main(rank: int, world: int, port: int, assets_dir: str, method: str, rows: list[int], out: str) -> None:
+def _rank_main(
+    rank: int, world: int, port: int, assets_dir: str, methods: list[str], rows: list[int], out: str
+) -> None:
     import verl_cpu.activate  # noqa: F401  (as in every Ray process of a CPU run)
     from transformers import AutoTokenizer
     from verl import DataProto
@@ -46,6 +49,7 @@ def _rank_main(rank: int, world: int, port: int, assets_dir: str, method: str, r
     from treetune_tests.support import distribution_harness as checks
     from treetune_tests.support import engine_harness as harness
     from treetune_tests.support.fp32_reference import rollout_batch
+    from treetune_tests.support.shards import load_shards, local_shards
     from treetune_verl.update_teacher import UpdateTeacher, teacher_columns
 
     os.environ.update(
@@ -69,42 +73,50 @@ def _rank_main(rank: int, world: int, port: int, assets_dir: str, method: str, r
     batch = DataProto(batch=tensors, non_tensor_batch=plain.non_tensor_batch, meta_info=dict(plain.meta_info))
     share = len(rows) // world
     mine = batch.select_idxs(torch.tensor(rows[rank * share : (rank + 1) * share]))
-    actor, actor_config = harness.actor_worker(config, checks.cpo_config(method))
+    actor, actor_config = harness.actor_worker(config, checks.cpo_config(methods[0]))
     ref = harness.ref_worker(config)
-    teacher = UpdateTeacher(ref.engine, name="reference teacher")
-    actor.set_loss_fn(partial(cpo_ppo_loss, config=actor_config, cpo=checks.cpo_config(method), teacher=teacher))
-    data = harness.update_request(mine, distillation_use_topk=True)
-    tu.assign_non_tensor(data, global_batch_size=len(rows), mini_batch_size=len(rows))
-    with ref.engine.eval_mode():
-        output = actor.train_mini_batch(data)
-    # A digest of the updated actor: its full parameters (gathered over the ranks), flattened.
-    flat = torch.cat([
-        (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().float().flatten()
-        for p in actor.engine.module.parameters()
-    ])  # fmt: skip
+    start = local_shards(actor.engine.module)
+    reports = {}
+    for method in methods:
+        load_shards(actor.engine.module, start)
+        actor.engine.optimizer.state.clear()  # each method's update starts from the same weights and a fresh Adam
+        teacher = UpdateTeacher(ref.engine, name="reference teacher")
+        cpo = checks.cpo_config(method)
+        actor.set_loss_fn(partial(cpo_ppo_loss, config=actor_config, cpo=cpo, teacher=teacher))
+        data = harness.update_request(mine, distillation_use_topk=True)
+        tu.assign_non_tensor(data, global_batch_size=len(rows), mini_batch_size=len(rows))
+        with ref.engine.eval_mode():
+            output = actor.train_mini_batch(data)
+        # The updated actor: its full parameters (gathered over the ranks), flattened.
+        flat = torch.cat([
+            (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().float().flatten()
+            for p in actor.engine.module.parameters()
+        ])  # fmt: skip
+        if rank == 0:
+            metrics = tu.get(output, "metrics")
+            report = {
+                "distill_loss": float(sum(torch.as_tensor(metrics["actor/distill_loss"]).flatten().tolist())),
+                "grad_norm": float(torch.as_tensor(metrics["grad_norm"]).flatten()[0]),
+                "teacher_forwards": teacher.forwards,
+            }
+            reports[method] = {"report": report, "weights": flat}
     if rank == 0:
-        metrics = tu.get(output, "metrics")
-        report = {
-            "distill_loss": float(sum(torch.as_tensor(metrics["actor/distill_loss"]).flatten().tolist())),
-            "grad_norm": float(torch.as_tensor(metrics["grad_norm"]).flatten()[0]),
-            "teacher_forwards": teacher.forwards,
-        }
-        torch.save({"report": report, "weights": flat}, out)
+        torch.save(reports, out)
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
 
-def run_update(assets_dir: Path, method: str, world: int, rows: list[int] | None, out_dir: Path) -> dict:
-    """Spawn ``world`` ranks that run one update of ``rows`` (default: every row of the batch) with ``method``;
-    returns rank 0's ``{"report": {...}, "weights": flat tensor}``."""
+def run_updates(assets_dir: Path, methods: list[str], world: int, rows: list[int] | None, out_dir: Path) -> dict:
+    """Spawn ``world`` ranks that run one update of ``rows`` (default: every row of the batch) per method, each from
+    the same starting weights; returns rank 0's ``{method: {"report": {...}, "weights": flat tensor}}``."""
     import torch.multiprocessing as mp
 
     rows = list(range(BATCH)) if rows is None else rows
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    out = str(out_dir / f"{method}_{world}_{len(rows)}.pt")
-    mp.spawn(_rank_main, args=(world, port, str(assets_dir), method, rows, out), nprocs=world, join=True)
-    result = torch.load(out, weights_only=False)
-    print(json.dumps(result["report"]))
-    return result
+    out = str(out_dir / f"ranks_{world}_{len(rows)}.pt")
+    mp.spawn(_rank_main, args=(world, port, str(assets_dir), methods, rows, out), nprocs=world, join=True)
+    results = torch.load(out, weights_only=False)
+    print(json.dumps({method: result["report"] for method, result in results.items()}))
+    return results

@@ -24,7 +24,7 @@ micro-batches, the (global) grad norm, and the updated weights. Control: one ran
 import pytest
 import torch
 
-from treetune_tests.support.two_rank_update import run_update
+from treetune_tests.support.two_rank_update import run_updates
 from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 from treetune_verl.version import installed_verl_version
 
@@ -32,6 +32,7 @@ pytestmark = [
     pytest.mark.skipif(not installed_verl_version().startswith("0.9."), reason="the logits hook is verl 0.9.x only"),
     pytest.mark.timeout(600),
 ]
+METHODS = ["opsd", "sdpo"]
 
 
 def assert_same_update(got: dict, expected: dict, what: str) -> None:
@@ -46,14 +47,23 @@ def assert_same_update(got: dict, expected: dict, what: str) -> None:
     torch.testing.assert_close(got["weights"], expected["weights"], rtol=1e-5, atol=1e-6, msg=lambda m: f"{what}: {m}")
 
 
-@pytest.mark.parametrize("method", ["opsd", "sdpo"])
-def test_two_ranks_give_the_loss_and_gradient_of_one(method, tmp_path):
-    assets = build_tiny_assets(config=CONTEXT_SENSITIVE)
-    one = run_update(assets, method, world=1, rows=None, out_dir=tmp_path)
-    two = run_update(assets, method, world=2, rows=None, out_dir=tmp_path)
+@pytest.fixture(scope="module")
+def updates(tmp_path_factory):
+    """One update per method by one rank on every row, by two ranks, and (control) by one rank on the first rank's
+    rows only; three spawns in all."""
+    assets, out = build_tiny_assets(config=CONTEXT_SENSITIVE), tmp_path_factory.mktemp("ranks")
+    return {
+        "one": run_updates(assets, METHODS, world=1, rows=None, out_dir=out),
+        "two": run_updates(assets, METHODS, world=2, rows=None, out_dir=out),
+        "half": run_updates(assets, METHODS, world=1, rows=list(range(4)), out_dir=out),
+    }
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_two_ranks_give_the_loss_and_gradient_of_one(updates, method):
+    one, two, half = (updates[name][method] for name in ("one", "two", "half"))
     assert one["report"]["teacher_forwards"] == 4 and two["report"]["teacher_forwards"] == 2  # one per micro-batch
     assert one["report"]["distill_loss"] > 0 and one["report"]["grad_norm"] > 0
     assert_same_update(two, one, f"{method}: two ranks vs one")
-    lost = run_update(assets, method, world=1, rows=list(range(4)), out_dir=tmp_path)  # control: half the rows
-    with pytest.raises(AssertionError):
-        assert_same_update(lost, one, f"{method}: one rank's rows only vs all")
+    with pytest.raises(AssertionError):  # control: a rank's rows lost
+        assert_same_update(half, one, f"{method}: one rank's rows only vs all")
