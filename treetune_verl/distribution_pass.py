@@ -20,9 +20,9 @@ non-tensor flag ``distillation_use_topk``, ``FSDPEngineWithLMHead.prepare_model_
 divided by the temperature) and puts each returned ``[1, nnz]`` tensor into the model output (gradient kept), before
 the usual ``loss_function(model_output=..., data=..., dp_group=...)`` call. This module builds on that hook:
 
-- layout helpers on the engine's micro-batch (packed rows, :func:`response_positions`): :func:`response_rows` (the
-  logits of the response positions and their log-normaliser) and :func:`scatter_response_values` (one value per
-  response token back to the packed ``[1, nnz]`` layout the hook must return);
+- layout helpers on the engine's micro-batch (packed rows, :func:`response_positions`): :func:`response_index`
+  (which packed logits predict the response tokens) and :func:`scatter_response_values` (one value per response token
+  back to the packed ``[1, nnz]`` layout the hook must return);
 - :func:`student_logits_in_update`: a driver-side seam that makes verl's actor update set ``distillation_use_topk``,
   so the installed loss receives the student's logits (the teacher's forward beside it:
   :mod:`treetune_verl.update_teacher`);
@@ -43,8 +43,8 @@ from treetune_verl.version import installed_verl_version
 
 __all__ = [
     "check_distribution_support",
+    "response_index",
     "response_positions",
-    "response_rows",
     "scatter_response_values",
     "student_logits_in_update",
 ]
@@ -114,8 +114,14 @@ def response_positions(data: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.where(valid, positions, torch.zeros_like(positions)), valid
 
 
-def response_rows(logits: torch.Tensor, data: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(rows [M, V] float32, log-normaliser [M], valid [B, T])``: the logits of the M response-token positions."""
+def response_index(logits: torch.Tensor, data: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Where the response tokens' logits are in the packed logits of a micro-batch, without copying them.
+
+    Returns:
+        ``(packed [nnz, V], index [M], valid [B, T])``: the logits as ``[nnz, V]`` (a view of the hook's
+        ``[1, nnz, V]``), the packed row of each of the M valid response slots in row-major order (the logits that
+        predict them), and which slots are valid.
+    """
     if logits.dim() == 3:
         if logits.shape[0] != 1:
             raise ValueError(f"packed logits must be [1, nnz, V] or [nnz, V], got {tuple(logits.shape)}")
@@ -127,14 +133,13 @@ def response_rows(logits: torch.Tensor, data: TensorDict) -> tuple[torch.Tensor,
             f"packed logits have {logits.shape[0]} rows for {nnz} tokens (sequence parallelism or a padded packed "
             "sequence, pad_to_length, are not supported)"
         )
-    rows = logits.index_select(0, positions[valid].to(logits.device)).float()
-    return rows, torch.logsumexp(rows, dim=-1), valid
+    return logits, positions[valid].to(logits.device), valid
 
 
 def scatter_response_values(values: torch.Tensor, data: TensorDict) -> torch.Tensor:
     """One value per response token -> the packed ``[1, nnz]`` layout the hook returns (zeros off the response); the
     inverse of ``no_padding_2_padding`` for such values. ``values``: the padded response layout ``[B, T]``, or ``[M]``
-    for the valid slots in row-major order (as :func:`response_rows` orders them). Differentiable."""
+    for the valid slots in row-major order (as :func:`response_index` orders them). Differentiable."""
     positions, valid = response_positions(data)
     nnz = int(data["input_ids"].offsets()[-1])
     out = values.new_zeros(nnz)
@@ -172,7 +177,7 @@ def student_logits_in_update(worker_group):
 
     verl's ``RayPPOTrainer._update_actor`` sets that flag only from verl's own distillation config; the loss installed
     on the actor must then accept the ``student_logits=`` call and return a dict of ``[1, nnz]`` tensors (e.g. built
-    with :func:`response_rows` and :func:`scatter_response_values`). The worker group's method is restored on exit.
+    with :func:`response_index` and :func:`scatter_response_values`). The worker group's method is restored on exit.
     """
     check_distribution_support()
     # SYNC WARNING: verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._update_actor (0.9.1 l.1327-1375: the request's

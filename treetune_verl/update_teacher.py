@@ -25,7 +25,7 @@ response, ``[B, tokens]``); the teacher's logits exist on the worker only, one m
   ``policy`` teacher; with LoRA, the actor without its adapter) and, called from the student's logits hook
   (:mod:`treetune_verl.distribution_pass`), runs one no-grad forward of the micro-batch's teacher rows through that
   engine's own ``forward_step`` (its packing, temperature and logits handling) and returns the teacher's
-  log-distribution at each response token, ``[M, V]`` on the device.
+  (temperature-scaled) logits at each response token, ``[M, V]`` on the device, in the engine's dtype.
 
 Every data-parallel rank runs the teacher forward once per micro-batch of the update, because verl gives the ranks the
 same number of micro-batches (``same_micro_num_in_dp``): the teacher's FSDP collectives line up. Sequence parallelism
@@ -41,7 +41,7 @@ from tensordict import TensorDict
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import left_right_2_no_padding
 
-from treetune_verl.distribution_pass import response_rows
+from treetune_verl.distribution_pass import response_index
 
 __all__ = ["TEACHER_COLUMNS", "TeacherRows", "UpdateTeacher", "teacher_columns"]
 
@@ -110,11 +110,11 @@ def teacher_micro_batch(micro_batch: TensorDict) -> TensorDict:
 
 
 class TeacherRows:
-    """The teacher's distribution at the response tokens of one micro-batch: ``log_probs [M, V]`` (float32,
-    log-softmax of the temperature-scaled logits) for the ``valid [B, T]`` response slots, row-major."""
+    """The teacher at the response tokens of one micro-batch: ``logits [M, V]`` (temperature-scaled, the engine's
+    dtype; their log-softmax is the teacher's distribution) for the ``valid [B, T]`` response slots, row-major."""
 
-    def __init__(self, log_probs: torch.Tensor, valid: torch.Tensor):
-        self.log_probs, self.valid = log_probs, valid
+    def __init__(self, logits: torch.Tensor, valid: torch.Tensor):
+        self.logits, self.valid = logits, valid
 
 
 class _LogitsCatcher:
@@ -129,8 +129,8 @@ class _LogitsCatcher:
         # l.1549-1590: the hook call student_logits=, data=, then loss_function(model_output=, data=, dp_group=))
         if student_logits is None:
             return torch.zeros((), device=data["input_ids"].device), {}
-        logits, log_normaliser, valid = response_rows(student_logits, data)
-        self.rows = TeacherRows(logits - log_normaliser[:, None], valid)
+        packed, index, valid = response_index(student_logits, data)
+        self.rows = TeacherRows(packed.index_select(0, index), valid)  # a copy: the full logits are freed after
         return {}
 
 
@@ -150,7 +150,7 @@ class UpdateTeacher:
 
     @torch.no_grad()
     def __call__(self, micro_batch: TensorDict) -> TeacherRows:
-        """The teacher's log-distribution at each response token of ``micro_batch`` (an update micro-batch holding
+        """The teacher's logits at each response token of ``micro_batch`` (an update micro-batch holding
         :data:`TEACHER_COLUMNS`), from one forward of its teacher rows."""
         rows = teacher_micro_batch(micro_batch)
         catcher = _LogitsCatcher()

@@ -163,7 +163,7 @@ def method_token_loss(student_logits: torch.Tensor, data, cpo, teacher) -> dict[
     (``treetune_verl.update_teacher.UpdateTeacher``); with :data:`DUMP_TEACHER_TOP` also the teacher's top ids."""
     from verl.utils import tensordict_utils as tu
 
-    from treetune_verl.distribution_pass import response_rows, scatter_response_values
+    from treetune_verl.distribution_pass import response_index, scatter_response_values
 
     if teacher is None:
         raise RuntimeError(
@@ -177,32 +177,67 @@ def method_token_loss(student_logits: torch.Tensor, data, cpo, teacher) -> dict[
             "adds them with the teacher's columns)."
         )
     teacher_rows = teacher(data)
-    logits, log_normaliser, valid = response_rows(student_logits, data)
+    packed, index, valid = response_index(student_logits, data)
     if not torch.equal(valid.cpu(), teacher_rows.valid.cpu()):
         raise ValueError("the teacher's rows and the student's hold different response tokens")
-    student = logits - log_normaliser[:, None]
-    per_token = distribution_token_loss(cpo.method, cpo.knobs, cpo.topk, student, teacher_rows.log_probs)
+    per_token = distribution_token_loss(cpo.method, cpo.knobs, cpo.topk, packed, index, teacher_rows.logits)
     outputs = {TOKEN_LOSS: scatter_response_values(per_token, data)}
     shown = int(tu.get_non_tensor_data(data=data, key=DUMP_TEACHER_TOP, default=0) or 0)
     if shown:
-        top = teacher_rows.log_probs.topk(min(shown, student.shape[-1]), dim=-1)
-        for i in range(top.indices.shape[-1]):
+        with torch.no_grad():
+            chunks = [
+                _log_softmax(rows).topk(min(shown, rows.shape[-1]), dim=-1) for rows in _chunks(teacher_rows.logits)
+            ]
+        ids, log_probs = torch.cat([c.indices for c in chunks]), torch.cat([c.values for c in chunks])
+        for i in range(ids.shape[-1]):
             id_key, log_prob_key = teacher_top_keys(i)
-            outputs[id_key] = scatter_response_values(top.indices[:, i].to(student.dtype), data)
-            outputs[log_prob_key] = scatter_response_values(top.values[:, i], data)
+            outputs[id_key] = scatter_response_values(ids[:, i].to(per_token.dtype), data)
+            outputs[log_prob_key] = scatter_response_values(log_probs[:, i].to(per_token.dtype), data)
     return outputs
 
 
-def distribution_token_loss(method, knobs, k: int, student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-    """``method.token_loss`` at the ids it reads: ``student``/``teacher`` are full-vocabulary log-distributions
-    ``[M, V]``; with ``0 < k < V`` both are gathered at the teacher's top-k ids (``teacher_topk``, OPSD) or at the
-    student's (``student_topk``, SDPO; the ids carry no gradient), else the loss sees the whole vocabulary.
-    ``[M, V], [M, V] -> [M]``; differentiable in ``student``."""
-    if k and k < student.shape[-1]:
-        source = teacher if method.teacher_pass == "teacher_topk" else student.detach()
-        ids = source.topk(k, dim=-1).indices
-        student, teacher = student.gather(-1, ids), teacher.gather(-1, ids)
-    return method.token_loss(student, teacher.to(student.dtype), knobs)
+#: Response tokens per piece of a distribution-level loss: about this many float32 values per ``[tokens, V]`` copy
+#: (2^26: 256 MB; 441 tokens of Qwen3's 151,936 ids), whatever the micro-batch's size.
+CHUNK_VALUES = 2**26
+
+
+def _log_softmax(logits: torch.Tensor) -> torch.Tensor:
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+def _chunks(rows: torch.Tensor, chunk: int | None = None):
+    chunk = chunk or max(1, CHUNK_VALUES // rows.shape[-1])
+    return [rows[start : start + chunk] for start in range(0, rows.shape[0], chunk)]
+
+
+def distribution_token_loss(
+    method, knobs, k: int, student_logits: torch.Tensor, index: torch.Tensor, teacher_logits: torch.Tensor, chunk=None
+) -> torch.Tensor:
+    """``method.token_loss`` per response token, from the student's packed logits ``[nnz, V]`` at the rows ``index``
+    ``[M]`` and the teacher's logits ``[M, V]``: both turned into float32 log-distributions, then, with ``0 < k < V``,
+    gathered at the teacher's top-k ids (``teacher_topk``, OPSD) or at the student's (``student_topk``, SDPO; the ids
+    carry no gradient); else the loss sees the whole vocabulary. ``-> [M]``, differentiable in ``student_logits``.
+
+    Computed in pieces of ``chunk`` tokens (default: :data:`CHUNK_VALUES` values per copy), each recomputed in the
+    backward pass (activation checkpointing): only one piece's float32 copies are alive at a time, not the
+    micro-batch's.
+    """
+
+    def piece(student_logits: torch.Tensor, index: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
+        student, teacher = _log_softmax(student_logits.index_select(0, index)), _log_softmax(teacher_logits)
+        if k and k < student.shape[-1]:
+            source = teacher if method.teacher_pass == "teacher_topk" else student.detach()
+            ids = source.topk(k, dim=-1).indices
+            student, teacher = student.gather(-1, ids), teacher.gather(-1, ids)
+        return method.token_loss(student, teacher, knobs)
+
+    chunk = chunk or max(1, CHUNK_VALUES // student_logits.shape[-1])
+    if index.shape[0] <= chunk:
+        return piece(student_logits, index, teacher_logits)
+    from torch.utils.checkpoint import checkpoint
+
+    pieces = zip(_chunks(index, chunk), _chunks(teacher_logits, chunk), strict=True)
+    return torch.cat([checkpoint(piece, student_logits, i, t, use_reentrant=False) for i, t in pieces])
 
 
 def context_rows_only(response_mask: torch.Tensor, context_mask: torch.Tensor) -> torch.Tensor:

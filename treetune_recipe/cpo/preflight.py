@@ -105,16 +105,18 @@ def check_method_support(config, cpo_config: CPOConfig) -> None:
     check_teacher_token_budget(config, cpo_config)
 
 
-#: Float32 copies of a micro-batch's response-token distributions ``[tokens, V]`` a distribution-level loss holds at
-#: its peak: the student's rows and log-probs, the teacher's log-probs, and the divergence's mixture.
-DISTRIBUTION_COPIES = 4
+#: Float32 ``[tokens, V]`` copies one piece of a distribution-level loss holds at its peak (the two log-softmaxes,
+#: the divergence's mixture and terms, their gradients), for the start-up estimate.
+PIECE_COPIES = 8
 
 
 def check_teacher_token_budget(config, cpo_config: CPOConfig) -> None:
     """The teacher's rows are the students' with the context's prompt: with dynamic batch sizes the longest teacher
     row (its prompt limit plus ``data.max_response_length``) must fit the actor's token budget
-    (``actor.ppo_max_token_len_per_gpu``), which verl sizes each update micro-batch by. Prints what one micro-batch
-    then holds: the float32 response-token distributions of student and teacher on the device."""
+    (``actor.ppo_max_token_len_per_gpu``), which verl sizes each update micro-batch by. Prints what the loss then
+    holds on the device beside verl's own logits: the teacher's logits at the micro-batch's response tokens (bf16 on
+    a GPU) and the float32 copies of one piece of the loss (``cpo_loss.CHUNK_VALUES`` values each)."""
+    from treetune_recipe.cpo.cpo_loss import CHUNK_VALUES
     from treetune_recipe.cpo.teacher_context import resolved_hint_config
 
     data, actor = config.data, config.actor_rollout_ref.actor
@@ -135,11 +137,13 @@ def check_teacher_token_budget(config, cpo_config: CPOConfig) -> None:
         response_tokens = int(actor.ppo_micro_batch_size_per_gpu or 1) * int(data.max_response_length)
     vocab = _vocabulary_size(config.actor_rollout_ref.model.path)
     if vocab is not None:
-        size = response_tokens * vocab * 4 * DISTRIBUTION_COPIES
+        teacher_bytes = response_tokens * vocab * 2
+        piece_bytes = min(CHUNK_VALUES, response_tokens * vocab) * 4 * PIECE_COPIES
         print(
-            f"[cpo] {cpo_config.wrap_method}: the teacher runs inside the update; one micro-batch holds up to "
-            f"{response_tokens} response tokens x {vocab} ids of float32 distributions x {DISTRIBUTION_COPIES} "
-            f"= {size / 2**30:.2f} GiB on each device, besides the engine's own logits."
+            f"[cpo] {cpo_config.wrap_method}: the teacher runs inside the update; beside the engine's own logits, each "
+            f"device holds the teacher's logits at up to {response_tokens} response tokens x {vocab} ids "
+            f"({teacher_bytes / 2**30:.2f} GiB in bf16) and about {piece_bytes / 2**30:.2f} GiB for one piece of the "
+            "loss."
         )
 
 

@@ -90,7 +90,7 @@ def random_micro_batch(method: str, vocab: int = 1000, k: int = 100, seed: int =
 
 class FixedTeacher:
     """A stand-in for the in-update teacher (``treetune_verl.update_teacher.UpdateTeacher``): hands the loss the given
-    ``[B, T, V]`` log-distributions at the micro-batch's response slots."""
+    ``[B, T, V]`` log-distributions (logits whose log-softmax they are) at the micro-batch's response slots."""
 
     def __init__(self, teacher: torch.Tensor):
         self.teacher = teacher

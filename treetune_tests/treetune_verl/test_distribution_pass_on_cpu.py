@@ -35,8 +35,8 @@ from treetune_tests.support import fp32_reference as reference
 from treetune_tests.support.shards import load_shards, local_shards
 from treetune_verl.distribution_pass import (
     check_distribution_support,
+    response_index,
     response_positions,
-    response_rows,
     scatter_response_values,
     student_logits_in_update,
 )
@@ -96,9 +96,10 @@ def request(batch: DataProto, temperature: float = 1.0, **flags):
 
 def sampled_log_probs(logits: torch.Tensor, data) -> torch.Tensor:
     """The log-prob of each response token under ``logits``, in the packed layout (through the layout helpers)."""
-    rows, log_normaliser, valid = response_rows(logits, data)
+    packed, index, valid = response_index(logits, data)
+    rows = torch.log_softmax(packed.index_select(0, index).float(), dim=-1)
     sampled = data["responses"].to(rows.device)[valid.to(rows.device)]
-    return scatter_response_values(rows.gather(-1, sampled[:, None])[:, 0] - log_normaliser, data)
+    return scatter_response_values(rows.gather(-1, sampled[:, None])[:, 0], data)
 
 
 @needs_hook
@@ -115,9 +116,10 @@ def test_the_in_update_teacher_gives_the_references_distribution_under_the_hint_
     rows = teacher(data)
     mask = plain.batch["response_mask"].bool()
     vocab = len(engine["tokenizer"])
-    assert teacher.forwards == 1 and torch.equal(rows.valid, mask) and rows.log_probs.shape[-1] >= vocab
-    torch.testing.assert_close(rows.log_probs.exp().sum(-1), torch.ones(int(mask.sum())), atol=1e-4, rtol=0)
-    got = rows.log_probs[:, :vocab]
+    assert teacher.forwards == 1 and torch.equal(rows.valid, mask) and rows.logits.shape[-1] >= vocab
+    log_probs = torch.log_softmax(rows.logits.float(), dim=-1)
+    torch.testing.assert_close(log_probs[:, vocab:].exp().sum(-1), torch.zeros(int(mask.sum())), atol=1e-6, rtol=0)
+    got = log_probs[:, :vocab]
     expected = fp32_distributions(engine, hint, temperature)[mask]
     top = expected.topk(20, dim=-1)
     reference.assert_scores_match(got.gather(-1, top.indices), top.values, "teacher, 20 likeliest ids")

@@ -359,3 +359,33 @@ def test_importance_weight_matches_trl(trl_losses):
     theirs = loss_utils.apply_importance_sampling_clipping(torch.ones(4, 9), new, old, 2.0)
     assert_matches(clipped_importance_weight(new, old, 2.0), theirs)
     assert (theirs == 2.0).any() and (theirs < 1.0).any()  # both the clip and the unclipped side are exercised
+
+
+@pytest.mark.parametrize(("method", "k"), [("opsd", 0), ("opsd", 5), ("sdpo", 7)])
+def test_the_loss_in_checkpointed_pieces_equals_the_loss_in_one(method, k):
+    """``cpo_loss.distribution_token_loss`` in pieces of 1 and 3 tokens (each recomputed in the backward pass) gives
+    the per-token loss and the gradient of the student's logits of one piece. Control: the teacher's pieces one token
+    out of step with the student's."""
+    from treetune_recipe.cpo.config import CPOConfig
+    from treetune_recipe.cpo.cpo_loss import distribution_token_loss
+
+    cpo = CPOConfig.from_config({"wrap_method": method, method: {"top_k": k}})
+    gen = torch.Generator().manual_seed(0)
+    packed = (torch.randn(20, 50, generator=gen) * 3).requires_grad_(True)
+    index = torch.tensor([1, 2, 3, 5, 6, 9, 10, 11, 12, 17])
+    teacher = torch.randn(len(index), 50, generator=gen) * 3
+
+    def loss_and_grad(chunk, teacher_logits=teacher):
+        packed.grad = None
+        per_token = distribution_token_loss(cpo.method, cpo.knobs, k, packed, index, teacher_logits, chunk=chunk)
+        (per_token * torch.arange(1.0, len(index) + 1)).sum().backward()
+        return per_token.detach(), packed.grad.clone()
+
+    whole = loss_and_grad(len(index))
+    assert whole[0].min() > 0 and whole[1].abs().sum() > 0
+    for chunk in (1, 3):
+        for got, expected in zip(loss_and_grad(chunk), whole, strict=True):
+            torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-7)
+    shifted = loss_and_grad(3, teacher_logits=teacher.roll(1, dims=0))
+    with pytest.raises(AssertionError):
+        torch.testing.assert_close(shifted[0], whole[0], rtol=1e-6, atol=1e-7)
