@@ -108,8 +108,9 @@ DEFAULT_SCHEDULE = Schedule(steps=40, test_freq=5, credit_steps=(1, 20, 40))
 QUICK_SCHEDULE = Schedule(steps=3, test_freq=2, credit_steps=(1, 3))
 
 #: Identical for every method: the task's RL settings, the held-out comparison's and the hint wording (the CPU profile
-#: comes with the launch).
-SHARED_OVERRIDES = [*TASK_RL_OVERRIDES, *HELD_OUT_OVERRIDES, *HINT_OVERRIDES]
+#: comes with the launch), and verl's reference pass at every step, so that every method's drift column is measured (a
+#: peer's published KL weight 0 would skip the pass: ``cpo.drift_metrics``).
+SHARED_OVERRIDES = [*TASK_RL_OVERRIDES, *HELD_OUT_OVERRIDES, *HINT_OVERRIDES, "cpo.drift_metrics=true"]
 
 
 class ExperimentError(RuntimeError):

@@ -242,7 +242,12 @@ TEACHER_RUNS = {
     # OPSD-token's published teacher: the starting model, held fixed (the reference worker). Its published sampling
     # (τ 1.1, top-p 0.95, top-k 20) is overridden on the command line, so that its step-1 rollouts are the other runs'
     # (the user's override wins over a method's run settings).
-    "initial": (2, 0, ["cpo.wrap_method=opsd_token", "cpo.credit_dump.steps=[1,2]", *UNTRUNCATED_SAMPLING]),
+    # Its published KL weight 0 leaves the reference pass unread, so the run keeps it for the drift metrics it checks.
+    "initial": (
+        2,
+        0,
+        ["cpo.wrap_method=opsd_token", "cpo.credit_dump.steps=[1,2]", "cpo.drift_metrics=true", *UNTRUNCATED_SAMPLING],
+    ),
     # A teacher refreshed from the actor after every 2nd update: the starting model at steps 1-2, the weights after
     # step 2's update at step 3 (saved by the step-2 checkpoint).
     "refreshed": (
