@@ -16,8 +16,8 @@ data-parallel workers run it: each rank holds a contiguous share of the rows (ve
 reference are FSDP-sharded over the ranks, and the teacher's forward runs on every rank for every micro-batch.
 
 Used by ``treetune_tests/treetune_recipe/cpo/test_distribution_loss_ranks_on_cpu.py``: :func:`run_updates` spawns the
-ranks, which run one update per method from the same weights, and returns rank 0's report per method (the update's
-metrics and the updated weights).
+ranks, which run one update per method and set of rows from the same weights, and returns rank 0's report of each
+(the update's metrics and the updated weights).
 """
 
 from __future__ import annotations
@@ -32,12 +32,14 @@ import torch
 
 from treetune_tests.support.fp32_reference import BATCH
 
+#: Every row of the batch, and the first rank's half of them.
+ALL_ROWS, HALF_ROWS = list(range(BATCH)), list(range(BATCH // 2))
 #: Rows with a teacher context in the update (some rows without one, on both ranks).
 CONTEXT = (1, 0, 1, 1, 1, 0, 1, 1)
 
 
 def _rank_main(
-    rank: int, world: int, port: int, assets_dir: str, methods: list[str], rows: list[int], out: str
+    rank: int, world: int, port: int, assets_dir: str, methods: list[str], row_sets: list[list[int]], out: str
 ) -> None:
     import verl_cpu.activate  # noqa: F401  (as in every Ray process of a CPU run)
     from transformers import AutoTokenizer
@@ -71,13 +73,13 @@ def _rank_main(
     # A fixed old policy of -3 nats per token: SDPO's weight min(π/π_old, 2) is not 1 (clipped where log π > -2.3).
     tensors["old_log_probs"] = -3.0 * tensors["response_mask"].float()
     batch = DataProto(batch=tensors, non_tensor_batch=plain.non_tensor_batch, meta_info=dict(plain.meta_info))
-    share = len(rows) // world
-    mine = batch.select_idxs(torch.tensor(rows[rank * share : (rank + 1) * share]))
     actor, actor_config = harness.actor_worker(config, checks.cpo_config(methods[0]))
     ref = harness.ref_worker(config)
     start = local_shards(actor.engine.module)
     reports = {}
-    for method in methods:
+    for method, rows in ((method, rows) for method in methods for rows in row_sets):
+        share = len(rows) // world
+        mine = batch.select_idxs(torch.tensor(rows[rank * share : (rank + 1) * share]))
         load_shards(actor.engine.module, start)
         actor.engine.optimizer.state.clear()  # each method's update starts from the same weights and a fresh Adam
         teacher = UpdateTeacher(ref.engine, name="reference teacher")
@@ -99,24 +101,23 @@ def _rank_main(
                 "grad_norm": float(torch.as_tensor(metrics["grad_norm"]).flatten()[0]),
                 "teacher_forwards": teacher.forwards,
             }
-            reports[method] = {"report": report, "weights": flat}
+            reports[method, len(rows)] = {"report": report, "weights": flat}
     if rank == 0:
         torch.save(reports, out)
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
 
-def run_updates(assets_dir: Path, methods: list[str], world: int, rows: list[int] | None, out_dir: Path) -> dict:
-    """Spawn ``world`` ranks that run one update of ``rows`` (default: every row of the batch) per method, each from
-    the same starting weights; returns rank 0's ``{method: {"report": {...}, "weights": flat tensor}}``."""
+def run_updates(assets_dir: Path, methods: list[str], world: int, row_sets: list[list[int]], out_dir: Path) -> dict:
+    """Spawn ``world`` ranks that run, per method and per set of rows, one update from the same starting weights;
+    returns rank 0's ``{(method, rows): {"report": {...}, "weights": flat tensor}}``."""
     import torch.multiprocessing as mp
 
-    rows = list(range(BATCH)) if rows is None else rows
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    out = str(out_dir / f"ranks_{world}_{len(rows)}.pt")
-    mp.spawn(_rank_main, args=(world, port, str(assets_dir), methods, rows, out), nprocs=world, join=True)
+    out = str(out_dir / f"ranks_{world}.pt")
+    mp.spawn(_rank_main, args=(world, port, str(assets_dir), methods, row_sets, out), nprocs=world, join=True)
     results = torch.load(out, weights_only=False)
-    print(json.dumps({method: result["report"] for method, result in results.items()}))
+    print(json.dumps({f"{method} {rows} rows": result["report"] for (method, rows), result in results.items()}))
     return results

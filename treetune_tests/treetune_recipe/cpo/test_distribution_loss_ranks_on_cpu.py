@@ -24,7 +24,7 @@ micro-batches, the (global) grad norm, and the updated weights. Control: one ran
 import pytest
 import torch
 
-from treetune_tests.support.two_rank_update import run_updates
+from treetune_tests.support.two_rank_update import ALL_ROWS, HALF_ROWS, run_updates
 from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 from treetune_verl.version import installed_verl_version
 
@@ -49,21 +49,20 @@ def assert_same_update(got: dict, expected: dict, what: str) -> None:
 
 @pytest.fixture(scope="module")
 def updates(tmp_path_factory):
-    """One update per method by one rank on every row, by two ranks, and (control) by one rank on the first rank's
-    rows only; three spawns in all."""
+    """One update per method by one rank on every row and (control) on the first rank's rows only, and by two ranks on
+    every row; two spawns in all."""
     assets, out = build_tiny_assets(config=CONTEXT_SENSITIVE), tmp_path_factory.mktemp("ranks")
-    return {
-        "one": run_updates(assets, METHODS, world=1, rows=None, out_dir=out),
-        "two": run_updates(assets, METHODS, world=2, rows=None, out_dir=out),
-        "half": run_updates(assets, METHODS, world=1, rows=list(range(4)), out_dir=out),
-    }
+    one = run_updates(assets, METHODS, world=1, row_sets=[ALL_ROWS, HALF_ROWS], out_dir=out)
+    two = run_updates(assets, METHODS, world=2, row_sets=[ALL_ROWS], out_dir=out)
+    return one, two
 
 
 @pytest.mark.parametrize("method", METHODS)
 def test_two_ranks_give_the_loss_and_gradient_of_one(updates, method):
-    one, two, half = (updates[name][method] for name in ("one", "two", "half"))
-    assert one["report"]["teacher_forwards"] == 4 and two["report"]["teacher_forwards"] == 2  # one per micro-batch
-    assert one["report"]["distill_loss"] > 0 and one["report"]["grad_norm"] > 0
-    assert_same_update(two, one, f"{method}: two ranks vs one")
+    one, two = updates
+    every, half, both = one[method, len(ALL_ROWS)], one[method, len(HALF_ROWS)], two[method, len(ALL_ROWS)]
+    assert every["report"]["teacher_forwards"] == 4 and both["report"]["teacher_forwards"] == 2  # one per micro-batch
+    assert every["report"]["distill_loss"] > 0 and every["report"]["grad_norm"] > 0
+    assert_same_update(both, every, f"{method}: two ranks vs one")
     with pytest.raises(AssertionError):  # control: a rank's rows lost
-        assert_same_update(half, one, f"{method}: one rank's rows only vs all")
+        assert_same_update(half, every, f"{method}: one rank's rows only vs all")
