@@ -186,7 +186,8 @@ def method_token_loss(student_logits: torch.Tensor, data, cpo, teacher) -> dict[
     if shown:
         with torch.no_grad():
             chunks = [
-                _log_softmax(rows).topk(min(shown, rows.shape[-1]), dim=-1) for rows in _chunks(teacher_rows.logits)
+                _log_softmax(rows).topk(min(shown, rows.shape[-1]), dim=-1)
+                for rows in _chunks(teacher_rows.logits, _piece_tokens(teacher_rows.logits.shape[-1]))
             ]
         ids, log_probs = torch.cat([c.indices for c in chunks]), torch.cat([c.values for c in chunks])
         for i in range(ids.shape[-1]):
@@ -205,8 +206,12 @@ def _log_softmax(logits: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits.float(), dim=-1)
 
 
-def _chunks(rows: torch.Tensor, chunk: int | None = None):
-    chunk = chunk or max(1, CHUNK_VALUES // rows.shape[-1])
+def _piece_tokens(vocab: int) -> int:
+    """Response tokens per piece: :data:`CHUNK_VALUES` float32 values per ``[tokens, vocab]`` copy, at least one."""
+    return max(1, CHUNK_VALUES // vocab)
+
+
+def _chunks(rows: torch.Tensor, chunk: int) -> list[torch.Tensor]:
     return [rows[start : start + chunk] for start in range(0, rows.shape[0], chunk)]
 
 
@@ -231,7 +236,7 @@ def distribution_token_loss(
             student, teacher = student.gather(-1, ids), teacher.gather(-1, ids)
         return method.token_loss(student, teacher, knobs)
 
-    chunk = chunk or max(1, CHUNK_VALUES // student_logits.shape[-1])
+    chunk = chunk or _piece_tokens(student_logits.shape[-1])
     if index.shape[0] <= chunk:
         return piece(student_logits, index, teacher_logits)
     from torch.utils.checkpoint import checkpoint

@@ -405,7 +405,7 @@ def actor_changed(actor_output: DataProto) -> bool:
 
 def drift_from_reference_metrics(batch: DataProto) -> dict[str, float]:
     """How far the rollout policy has moved from the reference weights, unclamped, when the step has reference
-    log-probs (``ref_log_prob``: with a KL term or a reference teacher).
+    log-probs (``ref_log_prob``: verl's reference pass ran, with a KL term read or ``cpo.drift_metrics``).
 
     ``treetune/drift/old_minus_ref_mean`` is the mean over response tokens of ``old_log_probs - ref_log_prob``, the
     k1 estimate of KL(π_old ‖ π_ref) per token (unbiased on the rollout's own samples, and never clamped, unlike

@@ -140,6 +140,18 @@ def cpo_config(method: str, k: int | None = None, agg: str = "seq_mean") -> CPOC
     return CPOConfig.from_config({"wrap_method": method, method: block, "token_loss_agg": agg})
 
 
+def plain_and_hint_batches(model_path: Path, tokenizer, config) -> tuple[DataProto, DataProto]:
+    """The plain rollout batch at :data:`TEMPERATURE` and its hint-prompt twin (same responses, ``config``'s hint)."""
+    from treetune_recipe.cpo.cpo_hint import HintConfig, build_hint_batch
+
+    plain = rollout_batch(model_path, tokenizer, seed=2)
+    plain.meta_info["temperature"] = TEMPERATURE
+    hint_config = HintConfig.from_config(config.cpo.hint).resolve(config.data.max_prompt_length)
+    hint, _ = build_hint_batch(plain, tokenizer, hint_config)
+    assert torch.equal(hint.batch["responses"], plain.batch["responses"])
+    return plain, hint
+
+
 @contextlib.contextmanager
 def distribution_engine(assets_dir: Path, *overrides: str):
     """The actor worker (``cpo_ppo_loss`` of ``opsd`` installed), the plain and hint batches, the fp32 model and its
@@ -147,16 +159,10 @@ def distribution_engine(assets_dir: Path, *overrides: str):
     (``teacher``)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from treetune_recipe.cpo.cpo_hint import HintConfig, build_hint_batch
-
     model_path = Path(assets_dir) / "model"
     config = compose_config(model_path, *overrides)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    plain = rollout_batch(model_path, tokenizer, seed=2)
-    plain.meta_info["temperature"] = TEMPERATURE
-    hint_config = HintConfig.from_config(config.cpo.hint).resolve(config.data.max_prompt_length)
-    hint, _ = build_hint_batch(plain, tokenizer, hint_config)
-    assert torch.equal(hint.batch["responses"], plain.batch["responses"])
+    plain, hint = plain_and_hint_batches(model_path, tokenizer, config)
     fp32 = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, attn_implementation="sdpa").eval()
     with harness.single_process_group():
         actor, actor_config = harness.actor_worker(config, cpo_config("opsd"))

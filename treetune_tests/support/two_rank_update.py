@@ -46,11 +46,9 @@ def _rank_main(
     from verl import DataProto
     from verl.utils import tensordict_utils as tu
 
-    from treetune_recipe.cpo.cpo_hint import HintConfig, build_hint_batch
     from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, cpo_ppo_loss
     from treetune_tests.support import distribution_harness as checks
     from treetune_tests.support import engine_harness as harness
-    from treetune_tests.support.fp32_reference import rollout_batch
     from treetune_tests.support.shards import load_shards, local_shards
     from treetune_verl.update_teacher import UpdateTeacher, teacher_columns
 
@@ -63,10 +61,7 @@ def _rank_main(
     # Fixed micro-batches of 2 rows: each rank's share is several micro-batches, the same count on every rank.
     config = checks.compose_config(model_path, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2")
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    plain = rollout_batch(model_path, tokenizer, seed=2)
-    plain.meta_info["temperature"] = checks.TEMPERATURE
-    hint_config = HintConfig.from_config(config.cpo.hint).resolve(config.data.max_prompt_length)
-    hint, _ = build_hint_batch(plain, tokenizer, hint_config)
+    plain, hint = checks.plain_and_hint_batches(model_path, tokenizer, config)
     tensors = plain.batch.clone()
     tensors.update(teacher_columns(hint))
     tensors[CONTEXT_MASK] = torch.tensor(CONTEXT, dtype=torch.float32)
