@@ -21,7 +21,7 @@ benchmarks, ``check_license_header``, ``gpu_install`` (the GPU-node install and 
 
 A script parses its arguments and calls a library; code that another script or a test needs lives in the library
 (``treetune_verl``, e.g. :mod:`treetune_verl.metrics_plot`, :mod:`treetune_verl.data.records`) or, when it knows a
-recipe, with the recipe (e.g. :mod:`treetune_recipe.cpo.experiments`, :mod:`treetune_recipe.cpo.credit_report`).
+recipe, with the recipe (e.g. :mod:`treetune_recipe.cpo.experiments`, :mod:`treetune_recipe.cpo.reports.credit_report`).
 The agent-docs checker reads every layer (it composes the recipe's config), so its library sits on top, in
 :mod:`treetune_scripts.agent_docs`, which holds no command line.
 """

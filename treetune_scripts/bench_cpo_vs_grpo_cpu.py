@@ -53,8 +53,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
 from treetune_recipe.cpo.experiments import cpo_vs_grpo
+from treetune_recipe.cpo.trainer.cpu_run import launch_cpo_on_cpu
 from treetune_verl.metrics_history import read_metrics
 from treetune_verl.tiny_assets import build_tiny_assets
 from treetune_verl.tiny_run import METRICS_FILE

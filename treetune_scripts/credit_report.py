@@ -13,7 +13,8 @@
 # limitations under the License.
 """Token-credit report: one self-contained HTML page from a CPO run's ``cpo.credit_dump`` files.
 
-The command line of :mod:`treetune_recipe.cpo.credit_report` (what the page shows: its module docstring). Usage::
+The command line of :mod:`treetune_recipe.cpo.reports.credit_report` (what the page shows: its module docstring).
+Usage::
 
     python -m treetune_scripts.credit_report <run>/credit_dump report.html [--per-kind 2]
 """
@@ -23,7 +24,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from treetune_recipe.cpo.credit_report import build_report
+from treetune_recipe.cpo.reports.credit_report import build_report
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -72,9 +72,9 @@ from pathlib import Path
 import psutil
 import yaml
 
-from treetune_recipe.cpo.cpu_run import cpo_cpu_command
 from treetune_recipe.cpo.experiments.cpo_vs_grpo import method_overrides, parse_methods, run_name
-from treetune_recipe.cpo.teacher import TEACHER_DIR
+from treetune_recipe.cpo.teacher.weights import TEACHER_DIR
+from treetune_recipe.cpo.trainer.cpu_run import cpo_cpu_command
 from treetune_verl.clean_exit import kill_processes
 from treetune_verl.fault_points import pause_overrides
 from treetune_verl.metrics_history import read_metrics, training_steps

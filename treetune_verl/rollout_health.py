@@ -29,8 +29,8 @@ by the ``no_padding_attention_mask`` patch) showed about 3 nats and 0.4, every s
 module reads them:
 
 - :class:`RolloutHealthConfig` is the ``treetune.rollout_health`` block (thresholds; an invalid value fails at
-  start-up, on the driver before Ray, in ``treetune_recipe.cpo.preflight.check_cpo_run``, and again when the trainer
-  is built);
+  start-up, on the driver before Ray, in ``treetune_recipe.cpo.trainer.preflight.check_cpo_run``, and again when the
+  trainer is built);
 - :class:`RolloutHealthMonitor` is the pure decision: fed one metric dict per step, it answers ok / warn / stop
   (a value above a stop threshold, a non-finite value, or ``max_consecutive_warnings`` warning steps in a row);
 - :class:`RolloutHealthMixin` plugs it into a ``RayPPOTrainer`` subclass (before it in the bases, like
@@ -53,7 +53,7 @@ pass returns, rather than in ``_update_actor`` (the other seam that sees both lo
 4. it also runs during critic warm-up steps, which never call ``_update_actor``.
 
 ``fit`` calls ``_compute_old_log_prob`` once per step; a recipe's extra passes go through
-``treetune_verl.second_log_prob.score_batch`` instead (CPO's hinted pass and credit dump do), and should one call it
+``treetune_verl.rescoring.score_batch`` instead (CPO's hinted pass and credit dump do), and should one call it
 again, only the first call of each ``global_steps`` is checked. ``_update_actor`` (both its CPO and its plain path in
 ``RayCPOTrainer`` end in the mixin's) only reports the step's verdict as metrics. A stop raises inside ``fit`` in the
 TaskRunner actor; Ray re-raises it in the driver (``ray.get`` in verl's ``run_ppo``), whose Hydra main prints it and

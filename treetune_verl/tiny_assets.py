@@ -331,13 +331,13 @@ def default_cache_root() -> Path:
 
 
 #: The CPO hint prompt's default system message and user template (``cpo.hint.system`` / ``cpo.hint.user_template``),
-#: written once, here: ``treetune_recipe/cpo/cpo_hint.py`` takes its defaults from them, and the tiny tokenizer learns
-#: them (:data:`INSTRUCTION_CORPUS`). They live in the library because the library imports no recipe, and the tiny
-#: assets need the text itself. Like a real tokenizer, the tiny one then encodes English instructions compactly (whole
-#: words), so the CPO hint-guided prompt of the tiny runs fits its default width instead of being truncated on every
-#: row. The text is part of the tokenizer's training data and of the cache key: changing a single byte changes every
-#: tiny asset, the shipped warm start's tokenizer and the numbers the docs quote from tiny runs. To change only the
-#: recipe's wording, give ``cpo_hint`` its own text again and keep this one as the tokenizer's, frozen.
+#: written once, here: ``treetune_recipe/cpo/teacher/hint.py`` takes its defaults from them, and the tiny tokenizer
+#: learns them (:data:`INSTRUCTION_CORPUS`). They live in the library because the library imports no recipe, and the
+#: tiny assets need the text itself. Like a real tokenizer, the tiny one then encodes English instructions compactly
+#: (whole words), so the CPO hint-guided prompt of the tiny runs fits its default width instead of being truncated on
+#: every row. The text is part of the tokenizer's training data and of the cache key: changing a single byte changes
+#: every tiny asset, the shipped warm start's tokenizer and the numbers the docs quote from tiny runs. To change only
+#: the recipe's wording, give ``teacher.hint`` its own text again and keep this one as the tokenizer's, frozen.
 HINT_PROMPT_SYSTEM = "You are a helpful assistant."
 HINT_PROMPT_USER_TEMPLATE = r"""Problem:
 {question}

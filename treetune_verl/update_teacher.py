@@ -23,7 +23,7 @@ response, ``[B, tokens]``); the teacher's logits exist on the worker only, one m
   columns :data:`TEACHER_COLUMNS`, added to the batch sent to ``update_actor``.
 - Worker: :class:`UpdateTeacher` wraps the engine that scores the teacher (the reference's, or the actor's own for a
   ``policy`` teacher; with LoRA, the actor without its adapter) and, called from the student's logits hook
-  (:mod:`treetune_verl.distribution_pass`), runs one no-grad forward of the micro-batch's teacher rows through that
+  (:mod:`treetune_verl.logits_hook`), runs one no-grad forward of the micro-batch's teacher rows through that
   engine's own ``forward_step`` (its packing, temperature and logits handling) and returns the teacher's
   (temperature-scaled) logits at each response token, ``[M, V]`` on the device, in the engine's dtype.
 
@@ -41,7 +41,7 @@ from tensordict import TensorDict
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import left_right_2_no_padding
 
-from treetune_verl.distribution_pass import response_index
+from treetune_verl.logits_hook import response_index
 
 __all__ = ["TEACHER_COLUMNS", "TeacherRows", "UpdateTeacher", "teacher_columns"]
 

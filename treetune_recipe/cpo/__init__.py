@@ -14,14 +14,14 @@
 """The CPO recipe: GRPO with hint-guided advantage shaping.
 
 Entry point ``main_cpo`` (Hydra config ``config/cpo_trainer.yaml``) runs upstream ``run_ppo`` with ``CPOTaskRunner``,
-which trains with ``RayCPOTrainer`` (``cpo_ray_trainer``: difficulty labels, hint batch from ``cpo_hint``, hinted
-log-probs). On the workers ``cpo_loss`` shapes the advantages with the wrapper chosen by ``cpo.wrap_method``
-(``cpo_advantage_wrappers``) and the token selection of ``cpo.loss_position`` (``cpo_core_algos``, which also
+which trains with ``RayCPOTrainer`` (``trainer.ray_trainer``: difficulty labels, hint batch from ``teacher.hint``,
+hinted log-probs). On the workers ``methods.loss`` shapes the advantages with the wrapper chosen by ``cpo.wrap_method``
+(``methods.cpo_wrappers``) and the token selection of ``cpo.loss_position`` (``methods.core_algos``, which also
 registers the ``cpo`` advantage estimator), then calls upstream ``ppo_loss``. ``config`` validates the ``cpo`` block,
-``preflight`` checks a run before Ray starts, ``cpo_credit_dump`` writes per-token credit and ``credit_report``
-renders it as one HTML page, ``cpu_run`` launches the recipe on CPU, ``experiments`` holds the CPU experiments'
-library (warm start, task settings, CPO vs GRPO). The constants below name the config and the entry point for
-launchers and tests.
+``preflight`` checks a run before Ray starts, ``reports.credit_dump`` writes per-token credit and ``credit_report``
+renders it as one HTML page, ``cpu_run`` launches the recipe on CPU, ``experiments`` holds the CPU experiments' library
+(warm start, task settings, CPO vs GRPO). The constants below name the config and the entry point for launchers and
+tests.
 """
 
 from pathlib import Path

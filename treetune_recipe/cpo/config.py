@@ -18,7 +18,7 @@ recipe's Hydra config takes them from the ``cpo_defaults`` node that :func:`regi
 dataclass. The shared knobs are the reference's main run (``seq_kl``, λ = 2, α⁺ = 0, α⁻ = 1, all tokens); nested
 typed blocks: ``hint`` (``HintConfig``), ``credit_dump`` (``CreditDumpConfig``) and one block per method with knobs
 of its own (``cpo.<method>.*``, the method's ``knobs`` dataclass, added from the method registry: this module names no
-method). ``teacher_config`` (``treetune_recipe.cpo.teacher.TeacherConfig``) is the teacher resolved from
+method). ``teacher_config`` (``treetune_recipe.cpo.teacher.weights.TeacherConfig``) is the teacher resolved from
 ``cpo.teacher`` and the method.
 :meth:`CPOConfig.from_config` builds the whole object with ``treetune_verl.config_block.dataclass_from_block`` (an
 unknown key at any level is one error naming the valid ones; a renamed key is translated, with a note). The driver
@@ -33,25 +33,25 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from treetune_recipe.cpo.cpo_core_algos import DIFFICULTY_MODES, LOSS_POSITIONS
-from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig
-from treetune_recipe.cpo.cpo_hint import HintConfig
-from treetune_recipe.cpo.cpo_loss import TOKEN_LOSS_AGGS
-from treetune_recipe.cpo.cpo_terms import DEFAULT_SUCCESS_VALUE
-from treetune_recipe.cpo.method_registry import all_methods, get_method
-from treetune_recipe.cpo.methods import Method
-from treetune_recipe.cpo.teacher import TEACHERS, TeacherConfig
+from treetune_recipe.cpo.methods.advantage_terms import DEFAULT_SUCCESS_VALUE
+from treetune_recipe.cpo.methods.core_algos import DIFFICULTY_MODES, LOSS_POSITIONS
+from treetune_recipe.cpo.methods.loss import TOKEN_LOSS_AGGS
+from treetune_recipe.cpo.methods.method import Method
+from treetune_recipe.cpo.methods.registry import all_methods, get_method
+from treetune_recipe.cpo.reports.credit_dump import CreditDumpConfig
+from treetune_recipe.cpo.teacher.hint import HintConfig
+from treetune_recipe.cpo.teacher.weights import TEACHERS, TeacherConfig
 from treetune_verl.config_block import block_keys, check_block_overrides, dataclass_from_block, override_key
 
 
 @dataclass
 class _SharedKnobs:
-    """CPO knobs (``cpo.*``) shared by every method. Each wrapper's docstring (``cpo_advantage_wrappers.py``) is its
+    """CPO knobs (``cpo.*``) shared by every method. Each wrapper's docstring (``methods/cpo_wrappers.py``) is its
     formula; a method's own knobs are its block ``cpo.<method>.*``."""
 
     wrap_method: str = field(
         default="seq_kl",
-        metadata={"help": "The method: one of the registered methods (treetune_recipe/cpo/method_registry.py)."},
+        metadata={"help": "The method: one of the registered methods (treetune_recipe/cpo/methods/registry.py)."},
     )
     cpo_lambda: float = field(
         default=2.0,
@@ -131,11 +131,13 @@ class _SharedKnobs:
     )
     hint: HintConfig = field(
         default_factory=HintConfig,
-        metadata={"help": "The hint-guided prompt (cpo.hint.*, cpo_hint.HintConfig)."},
+        metadata={"help": "The hint-guided prompt (cpo.hint.*, teacher.hint.HintConfig)."},
     )
     credit_dump: CreditDumpConfig = field(
         default_factory=CreditDumpConfig,
-        metadata={"help": "Token-credit dump (cpo.credit_dump.*, cpo_credit_dump.CreditDumpConfig); off by default."},
+        metadata={
+            "help": "Token-credit dump (cpo.credit_dump.*, reports.credit_dump.CreditDumpConfig); off by default."
+        },
     )
     teacher_config: TeacherConfig = field(
         init=False,

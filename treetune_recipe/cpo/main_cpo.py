@@ -33,7 +33,7 @@ from verl.trainer.main_ppo import run_ppo
 from verl.utils.device import auto_set_device
 
 from treetune_recipe.cpo.config import apply_method_run_settings, check_cpo_overrides
-from treetune_recipe.cpo.preflight import check_cpo_run
+from treetune_recipe.cpo.trainer.preflight import check_cpo_run
 from treetune_verl.clean_exit import RearmSigterm, exit_on_sigterm, shutdown_ray
 from treetune_verl.preflight import PreflightError, check_run_config
 from treetune_verl.run_folder import RunFolderError, prepare_run_folder
@@ -61,7 +61,7 @@ def main(config) -> None:
     with open_dict(config):
         config.cpo = OmegaConf.create(cpo_config.to_block())
 
-    from treetune_recipe.cpo.cpo_task_runner import CPOTaskRunner
+    from treetune_recipe.cpo.trainer.task_runner import CPOTaskRunner
 
     # One run per output folder (locks held until the run ends), resume point and metrics history settled here.
     exit_on_sigterm()

@@ -38,7 +38,7 @@ read_when:
 ---
 Good: `treetune_verl/patches.py`, `treetune_verl/patches.py:use_trainer_class`, `treetune_verl/patches.py:1-3`,
 `verl/trainer/ppo/ray_trainer.py:RayPPOTrainer.fit`, `verl/trainer/ppo/ray_trainer.py:1230`, `verl/workers/`,
-`treetune_recipe.cpo.cpo_loss.cpo_ppo_loss`, `verl.workers.utils.losses:ppo_loss`, `cpo.hint.on_missing`,
+`treetune_recipe.cpo.methods.loss.cpo_ppo_loss`, `verl.workers.utils.losses:ppo_loss`, `cpo.hint.on_missing`,
 `actor_rollout_ref.actor.calculate_entropy`, `platform=cpu`, `+data.apply_chat_template_kwargs.enable_thinking=true`,
 `actor/cpo/adv_delta_absmean/{correct,wrong}`, `timing_s/cpo_gw_log_prob`, `critic/score/mean`, `make demo`,
 `python -m treetune_scripts.run_demo --steps 2`, `pkg://verl.trainer.config`, `<placeholder>`, `cpo.hint.*`,

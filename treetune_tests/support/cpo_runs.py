@@ -14,7 +14,7 @@
 """The CPO recipe's end-to-end runs on CPU (``python -m treetune_recipe.cpo.main_cpo platform=cpu`` with real Ray), as
 the e2e test modules of the recipe start and check them."""
 
-from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
+from treetune_recipe.cpo.trainer.cpu_run import launch_cpo_on_cpu
 from treetune_tests.support.runs import finished_run_metrics
 
 #: Time limit of one run (a two- or three-step run takes 1-3 minutes on 2 cores).

@@ -29,8 +29,8 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils import tensordict_utils as tu
 
 from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME
-from treetune_recipe.cpo.cpo_core_algos import compute_cpo_outcome_advantage
-from treetune_recipe.cpo.cpo_ray_trainer import RayCPOTrainer
+from treetune_recipe.cpo.methods.core_algos import compute_cpo_outcome_advantage
+from treetune_recipe.cpo.trainer.ray_trainer import RayCPOTrainer
 from treetune_tests.support.hint_batches import PROBLEMS, make_batch
 from treetune_tests.support.tokenizer_factory import build_tokenizer
 

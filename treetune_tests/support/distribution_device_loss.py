@@ -27,7 +27,7 @@ import pytest
 import torch
 from verl import DataProto
 
-from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, cpo_ppo_loss
+from treetune_recipe.cpo.methods.loss import CONTEXT_MASK, cpo_ppo_loss
 from treetune_tests.support import engine_harness as harness
 from treetune_tests.support.distribution_harness import SOME_CONTEXT, Tolerance, cpo_config, roll_positions
 from treetune_tests.support.fp32_reference import BATCH
@@ -96,7 +96,7 @@ class FixedTeacher:
         self.teacher = teacher
 
     def __call__(self, data):
-        from treetune_verl.distribution_pass import response_positions
+        from treetune_verl.logits_hook import response_positions
         from treetune_verl.update_teacher import TeacherRows
 
         valid = response_positions(data)[1]
@@ -117,7 +117,7 @@ def device_loss(
     d logits)`` on CPU in fp32."""
     from verl.workers.utils.padding import no_padding_2_padding
 
-    from treetune_recipe.cpo.cpo_loss import TOKEN_LOSS
+    from treetune_recipe.cpo.methods.loss import TOKEN_LOSS
 
     cpo = cpo_config(method)
     data = harness.engine_format(batch, actor_config).to(device)

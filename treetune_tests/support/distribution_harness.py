@@ -28,7 +28,7 @@ Shared by ``treetune_tests/treetune_recipe/cpo/test_distribution_loss_engine_on_
 - The loss alone on random logits on a device under bf16 autocast against fp32 on CPU:
   :mod:`treetune_tests.support.distribution_device_loss` (``check_losses_on_device``).
 
-The expected loss is written independently of ``treetune_recipe.cpo.distribution_losses``: on probabilities (the
+The expected loss is written independently of ``treetune_recipe.cpo.methods.distribution_losses``: on probabilities (the
 mixture and the tail bucket as sums of probabilities), not log-space mixtures.
 """
 
@@ -46,7 +46,7 @@ from verl import DataProto
 from verl.utils import tensordict_utils as tu
 
 from treetune_recipe.cpo.config import CPOConfig
-from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, context_rows_only, cpo_ppo_loss
+from treetune_recipe.cpo.methods.loss import CONTEXT_MASK, context_rows_only, cpo_ppo_loss
 from treetune_tests.support import engine_harness as harness
 from treetune_tests.support.fp32_reference import BATCH, rollout_batch
 from treetune_tests.support.shards import load_shards, local_shards
@@ -142,7 +142,7 @@ def cpo_config(method: str, k: int | None = None, agg: str = "seq_mean") -> CPOC
 
 def plain_and_hint_batches(model_path: Path, tokenizer, config) -> tuple[DataProto, DataProto]:
     """The plain rollout batch at :data:`TEMPERATURE` and its hint-prompt twin (same responses, ``config``'s hint)."""
-    from treetune_recipe.cpo.cpo_hint import HintConfig, build_hint_batch
+    from treetune_recipe.cpo.teacher.hint import HintConfig, build_hint_batch
 
     plain = rollout_batch(model_path, tokenizer, seed=2)
     plain.meta_info["temperature"] = TEMPERATURE

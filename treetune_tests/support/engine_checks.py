@@ -29,7 +29,7 @@ import pytest
 import torch
 from verl import DataProto
 
-from treetune_recipe.cpo.cpo_loss import cpo_ppo_loss
+from treetune_recipe.cpo.methods.loss import cpo_ppo_loss
 from treetune_tests.support.engine_harness import (
     actor_worker,
     as_nested,
@@ -121,7 +121,7 @@ def _output_rows(model_path) -> int:
 
 def check_hinted_log_probs(engine: dict) -> None:
     """The hint batch of :func:`rollout_batch` scored by the engine equals fp32 transformers on the same tokens."""
-    from treetune_recipe.cpo.cpo_hint import build_hint_batch
+    from treetune_recipe.cpo.teacher.hint import build_hint_batch
 
     batch = rollout_batch(engine["model_path"], engine["tokenizer"], seed=2)
     hint, metrics = build_hint_batch(batch, engine["tokenizer"], engine["hint_config"])

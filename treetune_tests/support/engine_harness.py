@@ -44,7 +44,7 @@ from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_pad
 
 from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME
 from treetune_recipe.cpo.config import CPOConfig
-from treetune_recipe.cpo.cpo_loss import cpo_ppo_loss
+from treetune_recipe.cpo.methods.loss import cpo_ppo_loss
 from treetune_tests.support.fp32_reference import BATCH
 
 #: Batching profiles of the engine checks: fixed micro-batches of 2 (infer) / 4 (update) rows, or dynamic batch size
@@ -272,7 +272,7 @@ def engine_fixture(assets_dir: Path, *overrides: str):
     """Actor and ref engine workers on the assets' model and what the checks need (process group torn down after)."""
     from transformers import AutoTokenizer
 
-    from treetune_recipe.cpo.cpo_hint import HintConfig
+    from treetune_recipe.cpo.teacher.hint import HintConfig
 
     model_path = Path(assets_dir) / "model"
     config = compose_config(model_path, *UNCLIPPED, *overrides)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from treetune_verl.reference_refresh import local_shard
+from treetune_verl.teacher_worker import local_shard
 
 
 def local_shards(module: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -46,7 +46,7 @@ def _rank_main(
     from verl import DataProto
     from verl.utils import tensordict_utils as tu
 
-    from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, cpo_ppo_loss
+    from treetune_recipe.cpo.methods.loss import CONTEXT_MASK, cpo_ppo_loss
     from treetune_tests.support import distribution_harness as checks
     from treetune_tests.support import engine_harness as harness
     from treetune_tests.support.shards import load_shards, local_shards

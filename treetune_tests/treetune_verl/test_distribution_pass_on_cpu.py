@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""``treetune_verl.distribution_pass`` and ``treetune_verl.update_teacher`` on verl's FSDP engine workers in this
+"""``treetune_verl.logits_hook`` and ``treetune_verl.update_teacher`` on verl's FSDP engine workers in this
 process (the context-sensitive tiny model, dynamic batch size so the engine reorders rows), against fp32 transformers
 run row by row without padding.
 
@@ -33,14 +33,14 @@ from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_pad
 from treetune_tests.support import engine_harness as harness
 from treetune_tests.support import fp32_reference as reference
 from treetune_tests.support.shards import load_shards, local_shards
-from treetune_verl.distribution_pass import (
+from treetune_verl.logits_hook import (
     check_distribution_support,
     response_index,
     response_positions,
     scatter_response_values,
     student_logits_in_update,
 )
-from treetune_verl.reference_refresh import RefreshableReferenceWorker
+from treetune_verl.teacher_worker import RefreshableReferenceWorker
 from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 from treetune_verl.update_teacher import UpdateTeacher, teacher_columns
 from treetune_verl.version import installed_verl_version
@@ -53,7 +53,7 @@ needs_hook = pytest.mark.skipif(not HAS_HOOK, reason="the student-logits hook is
 def engine():
     from transformers import AutoModelForCausalLM
 
-    from treetune_recipe.cpo.cpo_hint import build_hint_batch
+    from treetune_recipe.cpo.teacher.hint import build_hint_batch
 
     assets = build_tiny_assets(config=CONTEXT_SENSITIVE)
     with harness.engine_fixture(assets, *harness.BATCHING["dynamic_batch_size"]) as h:
@@ -313,10 +313,10 @@ def test_ema_moves_the_reference_towards_the_actor_in_closed_form(engine):
 
 
 def test_release_check_names_the_reason(monkeypatch):
-    import treetune_verl.distribution_pass as distribution_pass
+    import treetune_verl.logits_hook as logits_hook
 
     if HAS_HOOK:
         check_distribution_support()
-    monkeypatch.setattr(distribution_pass, "installed_verl_version", lambda: "0.7.1")
+    monkeypatch.setattr(logits_hook, "installed_verl_version", lambda: "0.7.1")
     with pytest.raises(RuntimeError, match=r"need verl 0\.9\.x .* installed verl is 0\.7\.1"):
-        distribution_pass.check_distribution_support()
+        logits_hook.check_distribution_support()

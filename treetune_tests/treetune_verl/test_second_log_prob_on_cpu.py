@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""``treetune_verl.second_log_prob.score_batch`` against in-process worker groups and verl's own ``_get_dp_size`` and
+"""``treetune_verl.rescoring.score_batch`` against in-process worker groups and verl's own ``_get_dp_size`` and
 ``_balance_batch``: which worker scores, the request it gets, and the scores back in the caller's row order."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from verl import DataProto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils import tensordict_utils as tu
 
-from treetune_verl.second_log_prob import score_batch
+from treetune_verl.rescoring import score_batch
 
 
 @pytest.fixture(autouse=True)

@@ -40,7 +40,7 @@ import pytest
 from verl_cpu.activation import SKIP_PATCHES_ENV
 from verl_cpu.host import vllm_on_cpu_available
 
-from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
+from treetune_recipe.cpo.trainer.cpu_run import launch_cpo_on_cpu
 from treetune_tests.support.runs import finished_run_metrics, step_rollouts
 from treetune_verl.rollout_health import CHECKED_METRIC, KL_METRIC, PROBS_DIFF_METRIC, WARNING_METRIC
 from treetune_verl.rollout_seeds import SEEDED_AGENT_LOOP

@@ -37,7 +37,6 @@ import sys
 import time
 from pathlib import Path
 
-from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
 from treetune_recipe.cpo.experiments import hard_prompts, summary
 from treetune_recipe.cpo.experiments.console import condense
 from treetune_recipe.cpo.experiments.task import HINT_OVERRIDES, TASK_RL_OVERRIDES, val_acc_key
@@ -51,6 +50,7 @@ from treetune_recipe.cpo.experiments.warm_start import (
     read_build_info,
     warm_start_hash,
 )
+from treetune_recipe.cpo.trainer.cpu_run import launch_cpo_on_cpu
 from treetune_verl.config_block import override_key
 from treetune_verl.metrics_history import read_metrics
 from treetune_verl.tiny_run import METRICS_FILE
@@ -151,7 +151,7 @@ REGIMES = {
 def _parse_method(name: str) -> str:
     """Check one method name and return it normalised (``cpo`` alone means ``cpo:seq_kl``)."""
     from treetune_recipe.cpo.config import check_cpo_overrides
-    from treetune_recipe.cpo.method_registry import all_methods
+    from treetune_recipe.cpo.methods.registry import all_methods
 
     name = "cpo:seq_kl" if name == "cpo" else name
     if name == "grpo":
@@ -199,7 +199,7 @@ def method_overrides(method: str) -> list[str]:
 
 def method_run_setting_keys(method: str) -> set[str]:
     """The config keys the published run settings of ``method`` set (none for GRPO)."""
-    from treetune_recipe.cpo.method_registry import get_method
+    from treetune_recipe.cpo.methods.registry import get_method
 
     if method == "grpo":
         return set()
@@ -473,7 +473,7 @@ def run_experiment(experiment: Experiment) -> int:
     )
     summary.plot_curves(output_dir / "results.csv", output_dir / "curves.png", caption=caption)
     if cpo_methods:
-        from treetune_recipe.cpo.credit_report import build_report
+        from treetune_recipe.cpo.reports.credit_report import build_report
 
         dump_dir = output_dir / "runs" / run_name(cpo_methods[0], 0) / "credit_dump"
         build_report(dump_dir, output_dir / "credit_report.html")

@@ -14,9 +14,9 @@
 """Does SDPO's teacher pull the student towards ending early? A probe of the warm start, before any update.
 
 The student samples responses at temperature 1 (as the rollouts), graded by the task's reward. SDPO's teacher batch
-is built by the trainer's call (``RayCPOTrainer._distribution_teacher_pass``: ``teacher_context.build_teacher_batch``,
+is built by the trainer's call (``RayCPOTrainer._distribution_teacher_pass``: ``teacher.contexts.build_teacher_batch``,
 the lengths of :mod:`treetune_recipe.cpo.experiments.task`). Its rows with a context (SDPO's loss rows) are measured
-with three context texts in the recipe's wrapper (``sibling_context.sibling_teacher_message``): ``sibling`` (the
+with three context texts in the recipe's wrapper (``teacher.sibling.sibling_teacher_message``): ``sibling`` (the
 recipe's batch as built), ``gold`` (the problem's worked solution) and ``empty`` (an empty text); and, as a control,
 ``hint``: the same rows under the gold-solution prompt the other hinted methods' teachers read (CPO, RLSD, OPSD:
 ``build_teacher_batch`` of a gold-solution method, with the experiment's hint wording), which the warm start's SFT saw.
@@ -38,11 +38,11 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from verl import DataProto
 
-from treetune_recipe.cpo.cpo_hint import HintConfig, left_pad, reprompted_batch
-from treetune_recipe.cpo.cpo_terms import DEFAULT_SUCCESS_VALUE, succeeded
 from treetune_recipe.cpo.experiments.task import HINT_OVERRIDES, HINT_USER_TEMPLATE, TASK_RL_OVERRIDES
-from treetune_recipe.cpo.sibling_context import sibling_teacher_message
-from treetune_recipe.cpo.teacher_context import build_teacher_batch
+from treetune_recipe.cpo.methods.advantage_terms import DEFAULT_SUCCESS_VALUE, succeeded
+from treetune_recipe.cpo.teacher.contexts import build_teacher_batch
+from treetune_recipe.cpo.teacher.hint import HintConfig, left_pad, reprompted_batch
+from treetune_recipe.cpo.teacher.sibling import sibling_teacher_message
 from treetune_verl.config_block import override_key
 from treetune_verl.utils.reward_score.tiny_arith import compute_binary_score
 
@@ -150,7 +150,8 @@ def chat_ids(tokenizer, messages) -> list[int]:
 
 def wrapped_teacher_batch(batch: DataProto, texts: Sequence[str | None], tokenizer, max_prompt_length: int):
     """``batch`` with row i's prompt holding ``texts[i]`` in SDPO's wrapper (its chat, the last message through
-    ``sibling_teacher_message``), as ``teacher_context.build_sibling_batch`` holds a sibling's text. A row whose text is
+    ``sibling_teacher_message``), as ``teacher.contexts.build_sibling_batch`` holds a sibling's text. A row whose text
+    is
     None or whose prompt would exceed ``max_prompt_length`` keeps its own prompt. Returns ``(batch, has_context)``."""
     rows, has_context = [], torch.zeros(len(batch), dtype=torch.bool)
     for row, text in enumerate(texts):
@@ -222,10 +223,10 @@ def run_probe(
     import pandas as pd
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import treetune_recipe.cpo.method_registry  # noqa: F401  (registers SDPO)
+    import treetune_recipe.cpo.methods.registry  # noqa: F401  (registers SDPO)
     from treetune_recipe.cpo.experiments.hard_prompts import select_hard_prompts
     from treetune_recipe.cpo.experiments.warm_start import DEFAULT_WARM_START, build_warm_start
-    from treetune_recipe.cpo.methods import registered_method
+    from treetune_recipe.cpo.methods.method import registered_method
 
     warm_dir = Path(warm_dir) if warm_dir is not None else Path(build_warm_start(DEFAULT_WARM_START))
     rows = pd.read_parquet(prompts_parquet or select_hard_prompts(warm_dir).train).head(n_prompts)

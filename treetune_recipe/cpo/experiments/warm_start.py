@@ -162,7 +162,7 @@ def warm_start_hash(config: WarmStartConfig) -> str:
 def hint_messages(question: str, solution: str) -> list[dict]:
     """The hint prompt's chat messages exactly as the CPO trainer builds them with
     :data:`~treetune_recipe.cpo.experiments.task.HINT_OVERRIDES`."""
-    from treetune_recipe.cpo.cpo_hint import HintConfig
+    from treetune_recipe.cpo.teacher.hint import HintConfig
 
     return HintConfig(user_template=HINT_USER_TEMPLATE).chat_messages(question, solution)
 

@@ -21,7 +21,7 @@ import types
 import pytest
 import torch
 
-from treetune_recipe.cpo.cpo_advantage_wrappers import CPO_WRAPPERS
+from treetune_recipe.cpo.methods.registry import CPO_WRAPPERS
 
 pytestmark = pytest.mark.gpu
 CFG = types.SimpleNamespace(cpo_lambda=2.0, pos_alpha=0.3, neg_alpha=0.5, rlsd_lambda=0.5, rlsd_clip=0.2)

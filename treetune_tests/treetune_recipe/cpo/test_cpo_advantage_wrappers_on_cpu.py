@@ -27,15 +27,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from treetune_recipe.cpo.cpo_advantage_wrappers import (
-    CPO_WRAPPERS,
-    get_cpo_wrapper,
+from treetune_recipe.cpo.methods.cpo_wrappers import (
     minmax_uncertainty,
     mutual_information,
     register_cpo_wrapper,
     sequence_mean,
 )
-from treetune_recipe.cpo.peers.rlsd import RLSDKnobs
+from treetune_recipe.cpo.methods.registry import CPO_WRAPPERS, get_cpo_wrapper
+from treetune_recipe.cpo.methods.rlsd import RLSDKnobs
 
 GOLDEN = json.loads((Path(__file__).parents[2] / "fixtures" / "cpo_wrappers_golden.json").read_text())
 

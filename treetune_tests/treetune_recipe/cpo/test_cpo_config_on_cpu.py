@@ -20,8 +20,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from treetune_recipe.cpo.config import CPOConfig
-from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig
-from treetune_recipe.cpo.cpo_hint import DEFAULT_USER_TEMPLATE, HintConfig
+from treetune_recipe.cpo.reports.credit_dump import CreditDumpConfig
+from treetune_recipe.cpo.teacher.hint import DEFAULT_USER_TEMPLATE, HintConfig
 
 
 def test_every_knob_has_help_text():

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from treetune_recipe.cpo.cpo_core_algos import LOSS_POSITIONS, apply_loss_position, compute_difficulty_mask
+from treetune_recipe.cpo.methods.core_algos import LOSS_POSITIONS, apply_loss_position, compute_difficulty_mask
 
 pytestmark = pytest.mark.gpu
 

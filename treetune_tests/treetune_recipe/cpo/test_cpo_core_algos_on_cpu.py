@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The ``cpo`` advantage estimator registered by :mod:`treetune_recipe.cpo.cpo_core_algos`.
+"""The ``cpo`` advantage estimator registered by :mod:`treetune_recipe.cpo.methods.core_algos`.
 
 The difficulty mask and the ``loss_position`` masks of the same module have their own files
 (``test_difficulty_mask_on_cpu.py``, ``test_loss_position_on_cpu.py``).
@@ -25,7 +25,7 @@ import torch
 from omegaconf import OmegaConf
 from verl.trainer.ppo import core_algos as verl_core_algos
 
-from treetune_recipe.cpo import cpo_core_algos
+from treetune_recipe.cpo.methods import core_algos
 
 
 @pytest.mark.parametrize("norm_by_std", [True, False])
@@ -53,7 +53,7 @@ def test_cpo_estimator_is_grpo_outcome_advantage(norm_by_std):
 
 def test_estimator_registration_is_idempotent_and_refuses_a_foreign_cpo(monkeypatch):
     registered = verl_core_algos.get_adv_estimator_fn("cpo")
-    reloaded = importlib.reload(cpo_core_algos)  # a second import of the module must not crash
+    reloaded = importlib.reload(core_algos)  # a second import of the module must not crash
     assert verl_core_algos.get_adv_estimator_fn("cpo") is registered
 
     monkeypatch.setitem(verl_core_algos.ADV_ESTIMATOR_REGISTRY, "cpo", lambda **_: None)

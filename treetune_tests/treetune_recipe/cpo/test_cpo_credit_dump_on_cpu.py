@@ -23,12 +23,12 @@ import pytest
 import torch
 from verl import DataProto
 
-from treetune_recipe.cpo import cpo_credit_dump
 from treetune_recipe.cpo.config import CPOConfig
-from treetune_recipe.cpo.cpo_credit_dump import CreditDumpConfig, build_dump, maybe_dump_credit, select_rows
-from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, TOKEN_LOSS, teacher_top_keys
-from treetune_recipe.cpo.credit_report import render_report
-from treetune_verl.second_log_prob import Scores
+from treetune_recipe.cpo.methods.loss import CONTEXT_MASK, TOKEN_LOSS, teacher_top_keys
+from treetune_recipe.cpo.reports import credit_dump
+from treetune_recipe.cpo.reports.credit_dump import CreditDumpConfig, build_dump, maybe_dump_credit, select_rows
+from treetune_recipe.cpo.reports.credit_report import render_report
+from treetune_verl.rescoring import Scores
 from treetune_verl.tiny_assets import build_tiny_assets
 
 
@@ -53,7 +53,7 @@ def test_off_steps_cost_nothing(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("no extra forward pass at an unlisted step")
 
-    monkeypatch.setattr(cpo_credit_dump, "score_batch", forbidden)
+    monkeypatch.setattr(credit_dump, "score_batch", forbidden)
     trainer = SimpleNamespace(cpo_config=CPOConfig.from_config({"credit_dump": {"steps": [3]}}), global_steps=2)
     assert maybe_dump_credit(trainer, batch=None, hint_batch=None, cpo_config=trainer.cpo_config) is None
 
@@ -127,7 +127,7 @@ def test_a_listed_step_reads_the_old_policys_entropy_from_a_second_actor_pass(to
         calls.append((scored, flags))
         return Scores(log_probs=None, entropy=entropy)
 
-    monkeypatch.setattr(cpo_credit_dump, "score_batch", second_pass)
+    monkeypatch.setattr(credit_dump, "score_batch", second_pass)
     trainer = SimpleNamespace(
         cpo_config=CPOConfig.from_config({"credit_dump": {"steps": [2], "dir": str(tmp_path)}}),
         global_steps=2,

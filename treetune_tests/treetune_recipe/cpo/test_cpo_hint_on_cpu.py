@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Hint-guided batch (treetune_recipe/cpo/cpo_hint.py) on locally built tokenizers of four template families.
+"""Hint-guided batch (treetune_recipe/cpo/teacher/hint.py) on locally built tokenizers of four template families.
 
 Expected prompts come from transformers' own ``apply_chat_template(..., tokenize=True, return_dict=False)`` on
 hand-written messages, positions from verl's ``compute_position_id_with_mask``, and response alignment from verl's own
@@ -27,7 +27,7 @@ from verl import DataProto
 from verl.utils.model import compute_position_id_with_mask
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
-from treetune_recipe.cpo.cpo_hint import DEFAULT_USER_TEMPLATE, HintConfig, build_hint_batch, fill_user_template
+from treetune_recipe.cpo.teacher.hint import DEFAULT_USER_TEMPLATE, HintConfig, build_hint_batch, fill_user_template
 from treetune_tests.support.hint_batches import DATA_SUFFIX, PROBLEMS, make_batch, pad_id
 from treetune_tests.support.tokenizer_factory import build_tokenizer
 

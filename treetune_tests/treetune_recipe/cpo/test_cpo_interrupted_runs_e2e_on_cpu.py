@@ -41,8 +41,8 @@ import psutil
 import pytest
 import torch
 
-from treetune_recipe.cpo.cpu_run import cpo_cpu_command
-from treetune_recipe.cpo.teacher import TEACHER_DIR
+from treetune_recipe.cpo.teacher.weights import TEACHER_DIR
+from treetune_recipe.cpo.trainer.cpu_run import cpo_cpu_command
 from treetune_verl.fault_points import pause_overrides
 from treetune_verl.metrics_history import training_steps
 from treetune_verl.run_folder import COMPLETE_MARKER, LOCK_FILE

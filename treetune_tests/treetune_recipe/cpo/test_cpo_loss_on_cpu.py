@@ -37,9 +37,9 @@ from verl.workers.utils.losses import ppo_loss
 from verl.workers.utils.padding import left_right_2_no_padding
 
 from treetune_recipe.cpo.config import CPOConfig
-from treetune_recipe.cpo.cpo_advantage_wrappers import get_cpo_wrapper
-from treetune_recipe.cpo.cpo_core_algos import apply_loss_position
-from treetune_recipe.cpo.cpo_loss import cpo_ppo_loss
+from treetune_recipe.cpo.methods.core_algos import apply_loss_position
+from treetune_recipe.cpo.methods.loss import cpo_ppo_loss
+from treetune_recipe.cpo.methods.registry import get_cpo_wrapper
 
 PROMPT_WIDTH, RESPONSE_WIDTH, BATCH = 5, 7, 8
 

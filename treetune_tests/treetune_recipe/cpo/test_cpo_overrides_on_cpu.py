@@ -26,7 +26,7 @@ from hydra import compose, initialize_config_dir
 
 from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME, main_cpo
 from treetune_recipe.cpo.config import CPOConfig, check_cpo_overrides
-from treetune_recipe.cpo.teacher import TEACHERS
+from treetune_recipe.cpo.teacher.weights import TEACHERS
 from treetune_scripts import run_demo
 from treetune_verl.config_block import block_keys
 from treetune_verl.preflight import PreflightError

@@ -18,7 +18,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME
-from treetune_recipe.cpo.preflight import check_cpo_config, check_cpo_run, cpo_is_enabled
+from treetune_recipe.cpo.trainer.preflight import check_cpo_config, check_cpo_run, cpo_is_enabled
 from treetune_verl.tiny_assets import build_tiny_assets
 from treetune_verl.tiny_run import tiny_run_overrides
 

@@ -24,7 +24,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME
-from treetune_recipe.cpo.preflight import check_cpo_config, check_cpo_run
+from treetune_recipe.cpo.trainer.preflight import check_cpo_config, check_cpo_run
 from treetune_verl.data.rl_schema import validate_rl_dataframe
 from treetune_verl.preflight import PreflightError, check_run_config
 from treetune_verl.tiny_assets import build_tiny_assets

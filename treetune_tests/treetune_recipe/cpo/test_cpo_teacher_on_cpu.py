@@ -22,8 +22,8 @@ from hydra import compose, initialize_config_dir
 
 from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME
 from treetune_recipe.cpo.config import CPOConfig
-from treetune_recipe.cpo.preflight import check_cpo_config
-from treetune_verl.reference_refresh import copy_parameters
+from treetune_recipe.cpo.trainer.preflight import check_cpo_config
+from treetune_verl.teacher_worker import copy_parameters
 
 
 def compose_cpo(*overrides):
@@ -138,8 +138,8 @@ def test_the_ema_teacher_skips_an_update_without_a_finite_gradient():
     (verl's engine skipped the others, so the actor did not change). Control: one finite norm among them moves it."""
     from verl import DataProto
 
-    from treetune_recipe.cpo.cpo_ray_trainer import actor_changed
-    from treetune_recipe.cpo.teacher import Teacher
+    from treetune_recipe.cpo.teacher.weights import Teacher
+    from treetune_recipe.cpo.trainer.ray_trainer import actor_changed
 
     class Group:
         rates = []

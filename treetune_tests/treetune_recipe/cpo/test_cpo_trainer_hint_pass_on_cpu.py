@@ -29,11 +29,11 @@ from verl import DataProto
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
-from treetune_recipe.cpo import cpo_ray_trainer
 from treetune_recipe.cpo.config import CPOConfig
-from treetune_recipe.cpo.cpo_advantage_wrappers import get_cpo_wrapper, rows_reading_hint
-from treetune_recipe.cpo.cpo_hint import build_hint_batch
-from treetune_recipe.cpo.teacher import Teacher
+from treetune_recipe.cpo.methods.registry import get_cpo_wrapper, rows_reading_hint
+from treetune_recipe.cpo.teacher.hint import build_hint_batch
+from treetune_recipe.cpo.teacher.weights import Teacher
+from treetune_recipe.cpo.trainer import ray_trainer
 from treetune_tests.support.cpo_trainer import FakeActorGroup, fake_log_probs, make_trainer, rollout_batch
 from treetune_tests.support.hint_batches import PROBLEMS, make_batch
 
@@ -217,7 +217,7 @@ def test_the_credit_dump_shapes_with_the_lambda_of_its_step(monkeypatch):
     trainer = make_trainer(monkeypatch, "cpo.wrap_method=rlsd", "cpo.teacher=policy", "cpo.credit_dump.steps=[30]")
     dumped = []
     monkeypatch.setattr(
-        cpo_ray_trainer, "maybe_dump_credit", lambda trainer, batch, hint, cpo_config: dumped.append(cpo_config)
+        ray_trainer, "maybe_dump_credit", lambda trainer, batch, hint, cpo_config: dumped.append(cpo_config)
     )
     trainer.global_steps = 30
     trainer._update_actor(rollout_batch(trainer))

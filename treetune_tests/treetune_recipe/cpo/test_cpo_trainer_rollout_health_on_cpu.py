@@ -25,8 +25,8 @@ from hydra import compose, initialize_config_dir
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME
-from treetune_recipe.cpo.cpo_ray_trainer import RayCPOTrainer
-from treetune_recipe.cpo.preflight import check_cpo_run
+from treetune_recipe.cpo.trainer.preflight import check_cpo_run
+from treetune_recipe.cpo.trainer.ray_trainer import RayCPOTrainer
 from treetune_tests.support.cpo_trainer import make_trainer, rollout_batch
 from treetune_verl.rollout_health import (
     CHECKED_METRIC,

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from treetune_recipe.cpo.cpo_core_algos import compute_difficulty_mask
+from treetune_recipe.cpo.methods.core_algos import compute_difficulty_mask
 
 GOLDEN = json.loads((Path(__file__).parents[2] / "fixtures" / "cpo_wrappers_golden.json").read_text())
 

@@ -26,7 +26,7 @@ import pytest
 import torch
 from torch.distributions import Categorical, kl_divergence
 
-from treetune_recipe.cpo.distribution_losses import (
+from treetune_recipe.cpo.methods.distribution_losses import (
     alpha_jsd,
     clipped_importance_weight,
     jsd_beta,
@@ -363,11 +363,11 @@ def test_importance_weight_matches_trl(trl_losses):
 
 @pytest.mark.parametrize(("method", "k"), [("opsd", 0), ("opsd", 5), ("sdpo", 7)])
 def test_the_loss_in_checkpointed_pieces_equals_the_loss_in_one(method, k):
-    """``cpo_loss.distribution_token_loss`` in pieces of 1 and 3 tokens (each recomputed in the backward pass) gives
+    """``methods.loss.distribution_token_loss`` in pieces of 1 and 3 tokens (each recomputed in the backward pass) gives
     the per-token loss and the gradient of the student's logits of one piece. Control: the teacher's pieces one token
     out of step with the student's."""
     from treetune_recipe.cpo.config import CPOConfig
-    from treetune_recipe.cpo.cpo_loss import distribution_token_loss
+    from treetune_recipe.cpo.methods.loss import distribution_token_loss
 
     cpo = CPOConfig.from_config({"wrap_method": method, method: {"top_k": k}})
     gen = torch.Generator().manual_seed(0)

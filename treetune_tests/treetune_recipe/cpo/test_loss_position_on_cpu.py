@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from treetune_recipe.cpo.cpo_core_algos import LOSS_POSITIONS, apply_loss_position
+from treetune_recipe.cpo.methods.core_algos import LOSS_POSITIONS, apply_loss_position
 
 GOLDEN = json.loads((Path(__file__).parents[2] / "fixtures" / "cpo_wrappers_golden.json").read_text())
 MASK = torch.tensor(GOLDEN["inputs"]["response_mask"], dtype=torch.float32)

@@ -33,10 +33,10 @@ from treetune_recipe.cpo.config import (
     config_defaults,
     translate_alias_overrides,
 )
-from treetune_recipe.cpo.method_registry import all_methods, get_method
-from treetune_recipe.cpo.methods import METHODS, Method
-from treetune_recipe.cpo.peers.sdpo import SDPOKnobs
-from treetune_recipe.cpo.preflight import check_cpo_config
+from treetune_recipe.cpo.methods.method import METHODS, Method
+from treetune_recipe.cpo.methods.registry import all_methods, get_method
+from treetune_recipe.cpo.methods.sdpo import SDPOKnobs
+from treetune_recipe.cpo.trainer.preflight import check_cpo_config
 from treetune_verl.preflight import PreflightError
 from treetune_verl.version import verl_is
 
@@ -62,7 +62,7 @@ def test_the_registry_holds_the_18_wrappers_then_the_peers():
 
 def test_sdpo_is_declared_whole_in_one_place():
     sdpo = get_method("sdpo")
-    assert sdpo.token_loss.__module__ == sdpo.token_weight.__module__ == "treetune_recipe.cpo.peers.sdpo"
+    assert sdpo.token_loss.__module__ == sdpo.token_weight.__module__ == "treetune_recipe.cpo.methods.sdpo"
     assert (sdpo.teacher_pass, sdpo.context, sdpo.published_teacher) == ("student_topk", "successful_sibling", "ema")
     assert sdpo.replaces_policy_loss and sdpo.knobs is SDPOKnobs and sdpo.topk == "top_k"
     assert SDPOKnobs() == SDPOKnobs(alpha=0.5, top_k=100, is_clip=2.0, exclude_self=True)
@@ -133,12 +133,12 @@ def test_selecting_a_method_applies_its_published_run_settings_and_the_user_wins
     "module",
     [
         "config.py",
-        "cpo_ray_trainer.py",
-        "preflight.py",
-        "cpo_loss.py",
-        "teacher.py",
-        "teacher_context.py",
-        "cpo_credit_dump.py",
+        "trainer/ray_trainer.py",
+        "trainer/preflight.py",
+        "methods/loss.py",
+        "teacher/weights.py",
+        "teacher/contexts.py",
+        "reports/credit_dump.py",
         "main_cpo.py",
         "experiments/cpo_vs_grpo.py",
         "../../treetune_scripts/experiments/cpo_vs_grpo.py",
@@ -177,7 +177,7 @@ def test_the_launch_shape_starts_when_the_longest_teacher_row_fits_the_update_to
     in the update's micro-batch: the gold-solution hint's 2048 + 512 + 16384 = 18944 tokens fit the script's budget of
     20000, SDPO's sibling context (a whole response: 2048 + 16384 + 512, then the response) needs 35328."""
     from treetune_recipe.cpo.config import CPOConfig
-    from treetune_recipe.cpo.preflight import check_teacher_token_budget
+    from treetune_recipe.cpo.trainer.preflight import check_teacher_token_budget
 
     (tmp_path / "config.json").write_text('{"vocab_size": 151936}')
     shape = (
@@ -233,7 +233,7 @@ def test_no_reference_pass_runs_at_a_peers_published_settings(method):
     """Every peer publishes a KL loss of weight 0: nothing reads verl's reference log-probs, so the trainer skips the
     pass (its teacher on the reference worker is scored by passes of its own, or inside the update). Controls: the
     recipe's default KL weight, a KL penalty in the reward, and ``cpo.drift_metrics`` each keep the pass."""
-    from treetune_recipe.cpo.cpo_ray_trainer import RayCPOTrainer
+    from treetune_recipe.cpo.trainer.ray_trainer import RayCPOTrainer
 
     def reads(*overrides):
         config = compose_cpo(f"cpo.wrap_method={method}", *overrides)
@@ -254,7 +254,7 @@ def test_a_skipped_reference_pass_adds_no_key_and_still_moves_the_teacher(monkey
     from verl import DataProto
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-    from treetune_recipe.cpo.cpo_ray_trainer import RayCPOTrainer
+    from treetune_recipe.cpo.trainer.ray_trainer import RayCPOTrainer
 
     moved, verl_passes = [], []
     monkeypatch.setattr(RayPPOTrainer, "_compute_ref_log_prob", lambda self, batch: verl_passes.append(len(batch)))

@@ -31,7 +31,7 @@ import re
 
 import pytest
 
-from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
+from treetune_recipe.cpo.trainer.cpu_run import launch_cpo_on_cpu
 from treetune_tests.support.runs import ended_run_log, log_tail
 from treetune_verl.metrics_history import read_metrics
 from treetune_verl.rollout_health import KL_METRIC, PROBS_DIFF_METRIC, RolloutHealthConfig

@@ -28,8 +28,8 @@ import types
 import pytest
 import torch
 
-from treetune_recipe.cpo.cpo_advantage_wrappers import CPO_WRAPPERS, rows_reading_hint
-from treetune_recipe.cpo.peers.rlsd import RLSDKnobs
+from treetune_recipe.cpo.methods.registry import CPO_WRAPPERS, rows_reading_hint
+from treetune_recipe.cpo.methods.rlsd import RLSDKnobs
 
 ALPHAS = (0.0, None, 0.4, -0.3)
 CONFIGS = [

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from treetune_recipe.cpo.sibling_context import choose_successful_siblings, sibling_teacher_message, strip_thinking
+from treetune_recipe.cpo.teacher.sibling import choose_successful_siblings, sibling_teacher_message, strip_thinking
 
 
 def _chosen(uids, success, **kwargs) -> list[int]:

@@ -13,19 +13,19 @@
 # limitations under the License.
 """``cpo.success_value`` reaches the advantage wrappers and their hint-row rules.
 
-The wrappers tell correct from wrong with :func:`treetune_recipe.cpo.cpo_terms.succeeded`, the definition the
-difficulty mask, the teacher contexts, the credit dump and the metrics use, and read the reward of a correct response
-from their ``cfg``: the ``CPOConfig`` the loss, the credit dump and the trainer's hint-row selection pass. So rewards of
-±0.5 with ``success_value=0.5`` must shape exactly as rewards of ±1 with the default 1. Control: with 1 as the reward
-of a correct response (the rule the wrappers had before, ``r == 1``), the ±0.5 rewards shape differently for every
-method whose formula reads the reward.
+The wrappers tell correct from wrong with :func:`treetune_recipe.cpo.methods.advantage_terms.succeeded`, the definition
+the difficulty mask, the teacher contexts, the credit dump and the metrics use, and read the reward of a correct
+response from their ``cfg``: the ``CPOConfig`` the loss, the credit dump and the trainer's hint-row selection pass. So
+rewards of ±0.5 with ``success_value=0.5`` must shape exactly as rewards of ±1 with the default 1. Control: with 1 as
+the reward of a correct response (the rule the wrappers had before, ``r == 1``), the ±0.5 rewards shape differently for
+every method whose formula reads the reward.
 """
 
 import pytest
 import torch
 
 from treetune_recipe.cpo.config import CPOConfig
-from treetune_recipe.cpo.cpo_advantage_wrappers import CPO_WRAPPERS, rows_reading_hint
+from treetune_recipe.cpo.methods.registry import CPO_WRAPPERS, rows_reading_hint
 
 #: Methods whose advantages and hint rows do not depend on the reward (no r condition in their formula).
 REWARD_BLIND = {"naive", "mi_clamp_unify_difficulty", "rlsd", "opsd_token"}

@@ -27,8 +27,8 @@ import pytest
 import torch
 
 from treetune_recipe.cpo.config import CPOConfig
-from treetune_recipe.cpo.teacher import TEACHER_DIR, TEACHER_STATE_FILE, Teacher
-from treetune_verl.reference_refresh import copy_parameters, load_local_shards, save_local_shards, shard_file
+from treetune_recipe.cpo.teacher.weights import TEACHER_DIR, TEACHER_STATE_FILE, Teacher
+from treetune_verl.teacher_worker import copy_parameters, load_local_shards, save_local_shards, shard_file
 
 STEPS, REFRESH_STEPS = 8, 3
 

@@ -11,18 +11,18 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The teacher prompt of a distribution-level method (``teacher_context``): SDPO's successful-sibling re-prompt
+"""The teacher prompt of a distribution-level method (``teacher.contexts``): SDPO's successful-sibling re-prompt
 built on a real chat template, the rows it masks, and the gold-solution context of OPSD."""
 
 import numpy as np
 import pytest
 import torch
 
-from treetune_recipe.cpo.cpo_hint import HintConfig
-from treetune_recipe.cpo.method_registry import get_method
-from treetune_recipe.cpo.peers.sdpo import SDPOKnobs
-from treetune_recipe.cpo.sibling_context import sibling_teacher_message
-from treetune_recipe.cpo.teacher_context import build_sibling_batch, build_teacher_batch
+from treetune_recipe.cpo.methods.registry import get_method
+from treetune_recipe.cpo.methods.sdpo import SDPOKnobs
+from treetune_recipe.cpo.teacher.contexts import build_sibling_batch, build_teacher_batch
+from treetune_recipe.cpo.teacher.hint import HintConfig
+from treetune_recipe.cpo.teacher.sibling import sibling_teacher_message
 from treetune_tests.support.hint_batches import PROBLEMS, make_batch
 from treetune_tests.support.tokenizer_factory import build_tokenizer
 

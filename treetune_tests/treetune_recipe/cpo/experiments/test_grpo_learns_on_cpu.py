@@ -67,9 +67,9 @@ from pathlib import Path
 
 import pytest
 
-from treetune_recipe.cpo.cpu_run import launch_cpo_on_cpu
 from treetune_recipe.cpo.experiments.task import GREEDY_VAL_ACC_KEY, HINT_OVERRIDES, TASK_RL_OVERRIDES
 from treetune_recipe.cpo.experiments.warm_start import build_warm_start, write_first_prompts
+from treetune_recipe.cpo.trainer.cpu_run import launch_cpo_on_cpu
 from treetune_tests.support.runs import finished_run_metrics
 
 NUM_PROMPTS = 16

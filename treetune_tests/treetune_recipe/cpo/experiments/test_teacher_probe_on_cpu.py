@@ -93,11 +93,11 @@ def test_mass_is_read_at_the_distribution_that_predicts_the_response_token(tiny)
 
 
 def test_gold_and_empty_contexts_use_the_recipes_sibling_wrapper(tiny):
-    import treetune_recipe.cpo.method_registry  # noqa: F401
-    from treetune_recipe.cpo.cpo_hint import HintConfig
-    from treetune_recipe.cpo.methods import registered_method
-    from treetune_recipe.cpo.sibling_context import choose_successful_siblings
-    from treetune_recipe.cpo.teacher_context import build_teacher_batch, sibling_text
+    import treetune_recipe.cpo.methods.registry  # noqa: F401
+    from treetune_recipe.cpo.methods.method import registered_method
+    from treetune_recipe.cpo.teacher.contexts import build_teacher_batch, sibling_text
+    from treetune_recipe.cpo.teacher.hint import HintConfig
+    from treetune_recipe.cpo.teacher.sibling import choose_successful_siblings
 
     tokenizer, _, raw, solutions = tiny
     batch, _ = _batch(tokenizer, raw, solutions)

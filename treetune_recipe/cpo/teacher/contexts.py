@@ -14,9 +14,9 @@
 """The teacher's prompt of a distribution-level method: the same responses under a prompt holding its privileged
 context (``Method.context``), and which rows have one.
 
-- ``gold_solution``: the hint-guided prompt of :func:`treetune_recipe.cpo.cpo_hint.build_hint_batch` (the dataset's
+- ``gold_solution``: the hint-guided prompt of :func:`treetune_recipe.cpo.teacher.hint.build_hint_batch` (the dataset's
   worked solution); a row of a group without a solution (``cpo.hint.on_missing=skip``) has no context.
-- ``successful_sibling``: SDPO's re-prompt (:mod:`treetune_recipe.cpo.sibling_context`): the row's own chat messages,
+- ``successful_sibling``: SDPO's re-prompt (:mod:`treetune_recipe.cpo.teacher.sibling`): the row's own chat messages,
   the last one followed by a response of the same group that the verifier accepted (thinking stripped), chosen by
   :func:`choose_successful_siblings`; a row without such a sibling has no context. A teacher prompt longer than its
   limit also leaves its row without one (counted in ``cpo/context_too_long_frac``).
@@ -37,9 +37,9 @@ import numpy as np
 import torch
 from verl import DataProto
 
-from treetune_recipe.cpo.cpo_hint import HintConfig, build_hint_batch, left_pad, plain_mapping, reprompted_batch
-from treetune_recipe.cpo.methods import Method
-from treetune_recipe.cpo.sibling_context import choose_successful_siblings, sibling_teacher_message, strip_thinking
+from treetune_recipe.cpo.methods.method import Method
+from treetune_recipe.cpo.teacher.hint import HintConfig, build_hint_batch, left_pad, plain_mapping, reprompted_batch
+from treetune_recipe.cpo.teacher.sibling import choose_successful_siblings, sibling_teacher_message, strip_thinking
 
 
 def resolved_hint_config(

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from treetune_recipe.cpo.cpo_terms import CPOTerms, as_wrapper
-from treetune_recipe.cpo.distribution_losses import opsd_token_loss
-from treetune_recipe.cpo.methods import Method, register_method
+from treetune_recipe.cpo.methods.advantage_terms import CPOTerms, as_wrapper
+from treetune_recipe.cpo.methods.distribution_losses import opsd_token_loss
+from treetune_recipe.cpo.methods.method import Method, register_method
 
 #: ``scripts/run_opsd.sh``: the teacher is the starting model (``--fixed_teacher``), sampling at τ = 1.1 with top-p 0.95
 #: and top-k 20 (verl scores the trainer's and the teacher's log-probs at the rollout temperature too), one optimizer

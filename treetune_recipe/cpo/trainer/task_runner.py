@@ -25,9 +25,9 @@ pickles the class by reference.
 
 import ray
 
-from treetune_recipe.cpo.cpo_ray_trainer import RayCPOTrainer
+from treetune_recipe.cpo.trainer.ray_trainer import RayCPOTrainer
 from treetune_verl.patches import append_file_logger, use_trainer_class
-from treetune_verl.reference_refresh import RefreshableReferenceWorker
+from treetune_verl.teacher_worker import RefreshableReferenceWorker
 from treetune_verl.verl_compat import task_runner_base
 
 

@@ -14,7 +14,8 @@
 """The terms CPO's advantage wrappers are written in: primitives of the hint's log-ratio, the per-response row
 predicates (:class:`CPORows`), the per-call quantities (:class:`CPOTerms`), the hint-row rules and :func:`as_wrapper`,
 which gives a ``formula(terms, cfg)`` the public wrapper signature. Shared by the 18 CPO wrappers
-(:mod:`treetune_recipe.cpo.cpo_advantage_wrappers`) and the peers' advantage forms (:mod:`treetune_recipe.cpo.peers`).
+(:mod:`treetune_recipe.cpo.methods.cpo_wrappers`) and the peers' advantage forms
+(:mod:`treetune_recipe.cpo.methods.registry`).
 
 Notation (all ``[B, T]`` unless noted; B responses, T padded response width):
     A      advantages (GRPO, already 0 on padding)

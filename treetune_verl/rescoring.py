@@ -53,7 +53,7 @@ from verl.protocol import pad_dataproto_to_divisor
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
-from treetune_verl.distribution_pass import check_distribution_support
+from treetune_verl.logits_hook import check_distribution_support
 
 __all__ = ["SCORERS", "Scores", "score_batch"]
 

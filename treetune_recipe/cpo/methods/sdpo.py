@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from treetune_recipe.cpo.distribution_losses import clipped_importance_weight, sdpo_token_loss
-from treetune_recipe.cpo.methods import Method, register_method
+from treetune_recipe.cpo.methods.distribution_losses import clipped_importance_weight, sdpo_token_loss
+from treetune_recipe.cpo.methods.method import Method, register_method
 
 
 @dataclass(frozen=True)

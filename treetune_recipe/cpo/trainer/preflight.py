@@ -19,7 +19,7 @@ import os
 from collections.abc import Mapping
 
 from treetune_recipe.cpo.config import CPOConfig
-from treetune_recipe.cpo.cpo_hint import HintConfig, hint_question, hint_solution, shortest_hint_prompt_lengths
+from treetune_recipe.cpo.teacher.hint import HintConfig, hint_question, hint_solution, shortest_hint_prompt_lengths
 from treetune_verl.preflight import PreflightError
 from treetune_verl.rollout_health import RolloutHealthConfig
 from treetune_verl.verl_compat import uses_engine_workers
@@ -82,7 +82,7 @@ def check_method_support(config, cpo_config: CPOConfig) -> None:
     method = cpo_config.method
     if not method.distribution_level:
         return
-    from treetune_verl.distribution_pass import check_distribution_support
+    from treetune_verl.logits_hook import check_distribution_support
 
     try:
         check_distribution_support()
@@ -115,9 +115,9 @@ def check_teacher_token_budget(config, cpo_config: CPOConfig) -> None:
     row (its prompt limit plus ``data.max_response_length``) must fit the actor's token budget
     (``actor.ppo_max_token_len_per_gpu``), which verl sizes each update micro-batch by. Prints what the loss then
     holds on the device beside verl's own logits: the teacher's logits at the micro-batch's response tokens (bf16 on
-    a GPU) and the float32 copies of one piece of the loss (``cpo_loss.CHUNK_VALUES`` values each)."""
-    from treetune_recipe.cpo.cpo_loss import CHUNK_VALUES
-    from treetune_recipe.cpo.teacher_context import resolved_hint_config
+    a GPU) and the float32 copies of one piece of the loss (``methods.loss.CHUNK_VALUES`` values each)."""
+    from treetune_recipe.cpo.methods.loss import CHUNK_VALUES
+    from treetune_recipe.cpo.teacher.contexts import resolved_hint_config
 
     data, actor = config.data, config.actor_rollout_ref.actor
     hint = resolved_hint_config(cpo_config.hint, cpo_config.method, data.max_prompt_length, data.max_response_length)

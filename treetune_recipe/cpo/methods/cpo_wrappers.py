@@ -13,22 +13,22 @@
 # limitations under the License.
 """CPO's 18 advantage wrappers (the reference fork's), registered as methods of the recipe, and the wrapper API.
 
-Each wrapper shapes the GRPO advantages with the hint's log-ratio; its docstring is its formula, its registration
-says which rows read δ (the hint-row rule). The terms they are written in (primitives, :class:`CPORows`,
-:class:`CPOTerms`, the notation) are in :mod:`treetune_recipe.cpo.cpo_terms`; the registry of all methods, peers
-included, is :mod:`treetune_recipe.cpo.methods`. ``CPO_WRAPPERS`` (name -> wrapper) holds every method with an
-advantage wrapper: these 18 and the peers' advantage forms (``rlsd``, ``opsd_token``, in
-:mod:`treetune_recipe.cpo.peers`). The difficulty mask, the ``loss_position`` masks and the ``cpo`` advantage estimator
-are in :mod:`treetune_recipe.cpo.cpo_core_algos`.
-Reference quirks kept on purpose (they are part of each formula, so each of the reference's wrappers gives its
-reference function's values, float32 within 1e-5, on any input, with the default ``success_value`` of 1): "correct"
-means r == 1 and "wrong" r != 1 with exact float equality, where 1 is ``cfg.success_value`` (``cpo.success_value``,
-:func:`treetune_recipe.cpo.cpo_terms.succeeded`) and the r = -1 of some formulas is -``success_value``; an α branch
-runs only if the α is truthy (0 or None disable it, a negative α is applied); ``naive*``/``noaccmask`` use the row max
-of H over all T positions, padding included (harmless in the engine loss: padded H is 0); the |A|/2 caps of
-seq_kl/tok_kl; the final sign clamps of the naive_qwen3/noaccmask/mi/mi_unify families even when both α are 0, and
-none in the mi3 family or ``mi_clamp_unify_difficulty`` (a wrong response can end with a positive advantage). Every
-statement updates valid tokens only; padding is returned as given.
+Each wrapper shapes the GRPO advantages with the hint's log-ratio; its docstring is its formula, its registration says
+which rows read δ (the hint-row rule). The terms they are written in (primitives, :class:`CPORows`, :class:`CPOTerms`,
+the notation) are in :mod:`treetune_recipe.cpo.methods.advantage_terms`; the registry of all methods, peers included, is
+:mod:`treetune_recipe.cpo.methods.method`. ``CPO_WRAPPERS`` (name -> wrapper) holds every method with an advantage
+wrapper: these 18 and the peers' advantage forms (``rlsd``, ``opsd_token``, in
+:mod:`treetune_recipe.cpo.methods.registry`). The difficulty mask, the ``loss_position`` masks and the ``cpo`` advantage
+estimator are in :mod:`treetune_recipe.cpo.methods.core_algos`. Reference quirks kept on purpose (they are part of each
+formula, so each of the reference's wrappers gives its reference function's values, float32 within 1e-5, on any input,
+with the default ``success_value`` of 1): "correct" means r == 1 and "wrong" r != 1 with exact float equality, where 1
+is ``cfg.success_value`` (``cpo.success_value``, :func:`treetune_recipe.cpo.methods.advantage_terms.succeeded`) and the
+r = -1 of some formulas is -``success_value``; an α branch runs only if the α is truthy (0 or None disable it, a
+negative α is applied); ``naive*``/``noaccmask`` use the row max of H over all T positions, padding included (harmless
+in the engine loss: padded H is 0); the |A|/2 caps of seq_kl/tok_kl; the final sign clamps of the
+naive_qwen3/noaccmask/mi/mi_unify families even when both α are 0, and none in the mi3 family or
+``mi_clamp_unify_difficulty`` (a wrong response can end with a positive advantage). Every statement updates valid tokens
+only; padding is returned as given.
 
 Deliberate differences from the reference: wrappers are functional (a new tensor, never an in-place write);
 the never-produced ``yw_rewards`` input is dropped; one name is one wrapper (the reference applied the naive
@@ -37,7 +37,7 @@ fallback after ``tok_kl`` and chose ``naive`` vs ``naive_qwen3`` from the backbo
 
 import torch
 
-from treetune_recipe.cpo.cpo_terms import (  # noqa: F401  (re-exported: the wrapper API's primitives)
+from treetune_recipe.cpo.methods.advantage_terms import (  # noqa: F401  (re-exported: the wrapper API's primitives)
     CPORows,
     CPOTerms,
     CPOWrapper,
@@ -53,7 +53,7 @@ from treetune_recipe.cpo.cpo_terms import (  # noqa: F401  (re-exported: the wra
     sequence_mean,
     success_value_of,
 )
-from treetune_recipe.cpo.methods import ADVANTAGE_WRAPPERS, Method, register_method, registered_method
+from treetune_recipe.cpo.methods.method import ADVANTAGE_WRAPPERS, Method, register_method
 
 #: name -> advantage wrapper of every registered method that has one (the 18 below and the peers' advantage forms).
 CPO_WRAPPERS: dict[str, CPOWrapper] = ADVANTAGE_WRAPPERS
@@ -77,50 +77,6 @@ def register_cpo_wrapper(name: str, hint_rows: HintRowRule = every_row):
         return fn
 
     return decorator
-
-
-def rows_reading_hint(
-    wrap_method: str,
-    *,
-    seq_rewards: torch.Tensor,
-    difficulty: torch.Tensor,
-    cfg,
-    advantages: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """The rows whose shaped advantages depend on ``gw_log_probs`` under ``wrap_method`` and ``cfg``.
-
-    On every other row the wrapper's output is bit-for-bit the same whatever ``gw_log_probs`` holds there, so the
-    trainer scores only these rows under the hint prompt (``cpo.hint.rescore=needed``) and gives the others
-    ``gw_log_probs = old_log_probs``. Each method declares its rule (``Method.hint_rows``); a distribution-level
-    method reads every row.
-
-    Args:
-        wrap_method: a registered method name.
-        seq_rewards: ``[B]`` sequence rewards (correct means r == ``cfg.success_value``, as in the wrappers).
-        difficulty: ``[B]`` difficulty labels (-1, 0, +1).
-        cfg: any object with ``pos_alpha``, ``neg_alpha`` (and ``cpo_lambda``, ``success_value``), as for the
-            wrappers.
-        advantages: ``[B, T]`` advantages, for the rules that depend on them (``rlsd``: rows with A != 0).
-
-    Returns:
-        bool ``[B]``.
-    """
-    method = registered_method(wrap_method)
-    rows = CPORows(seq_rewards, difficulty, advantages, success_value_of(cfg))
-    if method.hint_rows is None:
-        return rows.every
-    return method.hint_rows(rows, cfg)
-
-
-def get_cpo_wrapper(name: str) -> CPOWrapper:
-    """The advantage wrapper of method ``name``; ValueError listing the valid names otherwise."""
-    method = registered_method(name)
-    if method.advantage is None:
-        raise ValueError(
-            f"cpo.wrap_method={name} has a distribution-level loss, not an advantage wrapper. Methods with a "
-            f"wrapper: {', '.join(CPO_WRAPPERS)}."
-        )
-    return method.advantage
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -335,7 +291,3 @@ def tok_kl(x: CPOTerms, cfg) -> torch.Tensor:
         adv = add_where(adv, x.wrong_tokens & x.all_wrong_group, shift)
         adv = add_where(adv, x.wrong_tokens & ~x.all_wrong_group, torch.minimum(shift, adv.abs() / 2))
     return adv
-
-
-# The peers register after the 18 (registry order: CPO's wrappers, then RLSD, OPSD, SDPO).
-import treetune_recipe.cpo.peers  # noqa: E402, F401

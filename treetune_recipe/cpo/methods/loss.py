@@ -16,7 +16,7 @@
 Installed by the trainer with
 ``actor_rollout_wg.set_loss_fn(functools.partial(cpo_ppo_loss, config=<ActorConfig>, cpo=<CPOConfig>))``; the
 partial is pickled by reference, so this module imports verl's worker modules only inside the function. What it
-computes is the selected method's (``cpo.wrap_method``, :mod:`treetune_recipe.cpo.methods`):
+computes is the selected method's (``cpo.wrap_method``, :mod:`treetune_recipe.cpo.methods.method`):
 
 - an advantage method (verl 0.9.1 and 0.7.1): its wrapper shapes the advantages, ``cpo.loss_position`` restricts the
   tokens, upstream ``ppo_loss`` does the rest;
@@ -34,9 +34,9 @@ computes is the selected method's (``cpo.wrap_method``, :mod:`treetune_recipe.cp
 
 import torch
 
-from treetune_recipe.cpo.cpo_advantage_wrappers import get_cpo_wrapper
-from treetune_recipe.cpo.cpo_core_algos import apply_loss_position
-from treetune_recipe.cpo.cpo_terms import succeeded
+from treetune_recipe.cpo.methods.advantage_terms import succeeded
+from treetune_recipe.cpo.methods.core_algos import apply_loss_position
+from treetune_recipe.cpo.methods.registry import get_cpo_wrapper
 
 # Batch keys the CPO loss reads; the trainer adds the first three (names fixed) before the actor update.
 CPO_BATCH_KEYS = ("gw_log_probs", "seq_rewards", "difficulty", "old_log_probs", "advantages", "response_mask")
@@ -163,7 +163,7 @@ def method_token_loss(student_logits: torch.Tensor, data, cpo, teacher) -> dict[
     (``treetune_verl.update_teacher.UpdateTeacher``); with :data:`DUMP_TEACHER_TOP` also the teacher's top ids."""
     from verl.utils import tensordict_utils as tu
 
-    from treetune_verl.distribution_pass import response_index, scatter_response_values
+    from treetune_verl.logits_hook import response_index, scatter_response_values
 
     if teacher is None:
         raise RuntimeError(

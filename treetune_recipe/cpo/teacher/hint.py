@@ -101,7 +101,7 @@ class HintConfig:
     rescore: str = _config_field(
         "needed",
         "Rows scored under the hint: 'needed' (only those whose shaped advantages read gw_log_probs, see "
-        "cpo_advantage_wrappers.rows_reading_hint; the others get gw_log_probs = old_log_probs) or 'all'.",
+        "methods.registry.rows_reading_hint; the others get gw_log_probs = old_log_probs) or 'all'.",
     )
 
     def __post_init__(self):

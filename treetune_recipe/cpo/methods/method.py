@@ -22,9 +22,10 @@ read these declarations and never name a method:
   from the student's and the teacher's distributions, both computed there, at the top-k ids ``teacher_pass`` names.
 
 Each method module registers itself on import (:func:`register_method`): the 18 CPO wrappers in
-:mod:`treetune_recipe.cpo.cpo_advantage_wrappers`, which then imports the peers (:mod:`treetune_recipe.cpo.peers`).
-This module imports none of them; :mod:`treetune_recipe.cpo.method_registry` loads them all and is where the rest of
-the recipe looks a method up (``get_method``, ``all_methods``).
+:mod:`treetune_recipe.cpo.methods.cpo_wrappers`, which then imports the peers
+(:mod:`treetune_recipe.cpo.methods.registry`). This module imports none of them;
+:mod:`treetune_recipe.cpo.methods.registry` loads them all and is where the rest of the recipe looks a method up
+(``get_method``, ``all_methods``).
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ def _field_names(cls: type) -> set[str]:
 
 
 METHODS: dict[str, Method] = {}
-#: name -> advantage wrapper of the registered methods that have one (``cpo_advantage_wrappers.CPO_WRAPPERS``).
+#: name -> advantage wrapper of the registered methods that have one (``methods.cpo_wrappers.CPO_WRAPPERS``).
 ADVANTAGE_WRAPPERS: dict[str, Callable[..., Any]] = {}
 
 

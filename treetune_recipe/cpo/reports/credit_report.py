@@ -21,7 +21,7 @@ advantage: its second colouring is the method's per-token loss, the hover adds t
 row says whether it had a teacher context. No server, no network: inline CSS and a few lines of JS (without
 JS the page still shows the δ colours and the hover values). Works on any run's dump, CPU or GPU.
 
-The renderer of the recipe's credit dump (``cpo_credit_dump``); its command line is
+The renderer of the recipe's credit dump (``reports.credit_dump``); its command line is
 ``python -m treetune_scripts.credit_report <run>/credit_dump report.html [--per-kind 2]``.
 """
 
@@ -31,7 +31,7 @@ import html
 import json
 from pathlib import Path
 
-from treetune_recipe.cpo.cpo_credit_dump import ROW_KINDS
+from treetune_recipe.cpo.reports.credit_dump import ROW_KINDS
 
 _STYLE = """
 body { font-family: sans-serif; margin: 1.5em; max-width: 1100px; }

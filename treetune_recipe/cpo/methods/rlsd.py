@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from treetune_recipe.cpo.cpo_terms import CPORows, CPOTerms, as_wrapper
-from treetune_recipe.cpo.methods import Method, register_method
+from treetune_recipe.cpo.methods.advantage_terms import CPORows, CPOTerms, as_wrapper
+from treetune_recipe.cpo.methods.method import Method, register_method
 
 
 @dataclass(frozen=True)

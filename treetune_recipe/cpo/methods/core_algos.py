@@ -15,7 +15,7 @@
 advantage estimator, with the reference fork's semantics (its differences are noted where they apply).
 
 Importing this module registers ``cpo`` in verl's advantage-estimator registry. The wrappers that shape the
-advantages in the actor loss are in :mod:`treetune_recipe.cpo.cpo_advantage_wrappers`.
+advantages in the actor loss are in :mod:`treetune_recipe.cpo.methods.cpo_wrappers`.
 """
 
 from collections.abc import Callable, Sequence
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from verl.trainer.ppo import core_algos as verl_core_algos
 
-from treetune_recipe.cpo.cpo_terms import DEFAULT_SUCCESS_VALUE, succeeded
+from treetune_recipe.cpo.methods.advantage_terms import DEFAULT_SUCCESS_VALUE, succeeded
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Difficulty mask
@@ -43,7 +43,7 @@ def compute_difficulty_mask(
 
     Args:
         seq_rewards: ``[B]`` sequence rewards. A response succeeded iff its reward == ``success_value``
-            (exact equality, :func:`treetune_recipe.cpo.cpo_terms.succeeded`); anything else is a failure.
+            (exact equality, :func:`treetune_recipe.cpo.methods.advantage_terms.succeeded`); anything else is a failure.
         uids: ``B`` group ids, one per response (verl's ``non_tensor_batch["uid"]``, object array of str).
         mode: ``"group"`` (the labels above) or ``"reference"`` (all zeros: what the reference fork computed,
             its comparison of a list with a float is never true; reproduces the published runs).

@@ -122,7 +122,7 @@ class Teacher:
                 "restarts from the resumed actor's weights, so it differs from an uninterrupted run's."
             )
         if resumed or self.config.refresh_due(step):
-            # SYNC WARNING: treetune_verl/reference_refresh.py relies on the fused ActorRolloutRefWorker
+            # SYNC WARNING: treetune_verl/teacher_worker.py relies on the fused ActorRolloutRefWorker
             actor_rollout_wg.copy_actor_weights_to_reference()
             self.weights_step = step - 1
             self.changed_this_step = True
@@ -162,7 +162,7 @@ class Teacher:
         os.makedirs(teacher_dir, exist_ok=True)
         weights_saved = self.weights_needed_to_resume(step) or (keep_weights and bool(self.weights_step))
         if weights_saved:
-            # SYNC WARNING: treetune_verl/reference_refresh.py relies on the fused ActorRolloutRefWorker
+            # SYNC WARNING: treetune_verl/teacher_worker.py relies on the fused ActorRolloutRefWorker
             actor_rollout_wg.save_reference_weights(teacher_dir)
         state = {"teacher": self.name, "weights_step": int(self.weights_step or 0), "weights_saved": weights_saved}
         with open(os.path.join(teacher_dir, TEACHER_STATE_FILE), "w") as handle:

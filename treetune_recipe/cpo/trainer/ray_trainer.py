@@ -15,7 +15,7 @@
 privileged-context peers).
 
 Upstream ``fit()`` runs unchanged. Three methods are overridden, and none names a method: each reads the selected
-method's declaration (:mod:`treetune_recipe.cpo.methods`):
+method's declaration (:mod:`treetune_recipe.cpo.methods.method`):
 
 * ``init_workers`` installs the recipe's loss on the actor workers (``set_loss_fn``; for a distribution-level method
   ``set_loss_fn_with_teacher``, which binds the teacher's forward to it on each worker) and makes every actor update
@@ -25,12 +25,12 @@ method's declaration (:mod:`treetune_recipe.cpo.methods`):
   - an advantage method (``teacher_pass="token"``): the rows whose shaped advantages read the hint
     (``cpo.hint.rescore=needed``, ``rows_reading_hint``; ``all``: every row) are scored under the hint prompt by the
     run's teacher (``gw_log_probs``; ``old_log_probs`` on the other rows);
-  - a distribution-level method: every row's teacher prompt (``teacher_context``: the gold solution or a successful
+  - a distribution-level method: every row's teacher prompt (``teacher.contexts``: the gold solution or a successful
     sibling) travels with the update's batch as token columns (``treetune_verl.update_teacher``), and the update runs
     with the student's logits handed to the loss (``student_logits_in_update``), which runs the teacher's forward on
     the same micro-batch, on the worker: no teacher pass before the update, no top-k tensor through the driver.
-  The method's schedule sets the step's knobs; the teacher (:class:`treetune_recipe.cpo.teacher.Teacher`) changes its
-  weights before the reference pass (``refreshed``) or after an update that changed the actor (``ema``).
+  The method's schedule sets the step's knobs; the teacher (:class:`treetune_recipe.cpo.teacher.weights.Teacher`)
+  changes its weights before the reference pass (``refreshed``) or after an update that changed the actor (``ema``).
 * ``_compute_ref_log_prob`` first lets the teacher take the actor's weights when due, then runs verl's reference pass
   only when something reads its log-probs (a KL term in the loss or the reward, or ``cpo.drift_metrics``).
 
@@ -58,19 +58,20 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
 
 from treetune_recipe.cpo.config import CPOConfig
-from treetune_recipe.cpo.cpo_advantage_wrappers import log_ratio, mutual_information, rows_reading_hint
-from treetune_recipe.cpo.cpo_core_algos import compute_difficulty_mask  # importing registers the "cpo" estimator
-from treetune_recipe.cpo.cpo_credit_dump import maybe_dump_credit
-from treetune_recipe.cpo.cpo_hint import build_hint_batch
-from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, context_rows_only, cpo_ppo_loss
-from treetune_recipe.cpo.cpo_terms import succeeded
-from treetune_recipe.cpo.preflight import cpo_is_enabled
-from treetune_recipe.cpo.teacher import Teacher
-from treetune_recipe.cpo.teacher_context import build_teacher_batch, resolved_hint_config
+from treetune_recipe.cpo.methods.advantage_terms import succeeded
+from treetune_recipe.cpo.methods.core_algos import compute_difficulty_mask  # importing registers the "cpo" estimator
+from treetune_recipe.cpo.methods.cpo_wrappers import log_ratio, mutual_information
+from treetune_recipe.cpo.methods.loss import CONTEXT_MASK, context_rows_only, cpo_ppo_loss
+from treetune_recipe.cpo.methods.registry import rows_reading_hint
+from treetune_recipe.cpo.reports.credit_dump import maybe_dump_credit
+from treetune_recipe.cpo.teacher.contexts import build_teacher_batch, resolved_hint_config
+from treetune_recipe.cpo.teacher.hint import build_hint_batch
+from treetune_recipe.cpo.teacher.weights import Teacher
+from treetune_recipe.cpo.trainer.preflight import cpo_is_enabled
 from treetune_verl.checkpoint_saves import CompleteCheckpointsMixin
 from treetune_verl.patches import request_entropy_in_actor_updates
+from treetune_verl.rescoring import score_batch
 from treetune_verl.rollout_health import RolloutHealthMixin
-from treetune_verl.second_log_prob import score_batch
 
 
 class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer):
@@ -127,7 +128,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
             actor_section = OmegaConf.merge(actor_section, {"use_kl_loss": False})
         loss = partial(cpo_ppo_loss, config=omega_conf_to_dataclass(actor_section), cpo=cpo_config)
         if self.method.distribution_level:
-            # SYNC WARNING: treetune_verl/reference_refresh.py relies on the fused ActorRolloutRefWorker
+            # SYNC WARNING: treetune_verl/teacher_worker.py relies on the fused ActorRolloutRefWorker
             teacher_model = "reference" if self.teacher.scorer == "reference" else "actor"
             self.actor_rollout_wg.set_loss_fn_with_teacher(loss, teacher_model)
         else:
@@ -162,7 +163,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         step_config, schedule_metrics = self.cpo_config.at_step(self.global_steps)
         self._install_cpo_loss(step_config)
         # A credit-dump step scores every row under the hint, so the dump shows the real δ of each response it keeps
-        # (the shaped advantages are the same either way: cpo_advantage_wrappers.rows_reading_hint).
+        # (the shaped advantages are the same either way: methods.registry.rows_reading_hint).
         dump_step = self.global_steps in self.cpo_config.credit_dump.steps
         if self.method.distribution_level:
             hint_metrics, hint_batch = self._distribution_teacher_pass(batch, seq_rewards, timing)
@@ -202,12 +203,13 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
     def _distribution_update(self, batch: DataProto):
         """A distribution-level method's update: the student's logits go to the loss (verl 0.9.1's hook). With
         ``cpo.token_loss_agg=token_mean`` the update's response mask holds only the rows with a teacher context
-        (``cpo_loss.context_rows_only``), so that verl normalises the loss over their tokens; the batch's own mask is
+        (``methods.loss.context_rows_only``), so that verl normalises the loss over their tokens; the batch's own mask
+        is
         put back afterwards (``fit`` computes the step's response-length metrics from it)."""
         if not self.method.distribution_level:
             yield
             return
-        from treetune_verl.distribution_pass import student_logits_in_update
+        from treetune_verl.logits_hook import student_logits_in_update
 
         response_mask = batch.batch["response_mask"]
         if self.cpo_config.token_loss_agg == "token_mean":
@@ -224,7 +226,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         """Add the teacher's rows (``update_teacher.TEACHER_COLUMNS``: the context's prompt and the same response) and
         the context mask to ``batch``; the teacher's forward runs in the update, on the worker.
 
-        The teacher prompt of every row comes from the method's context (``teacher_context.build_teacher_batch``).
+        The teacher prompt of every row comes from the method's context (``teacher.contexts.build_teacher_batch``).
 
         Returns:
             ``(metrics, teacher_batch)``; metrics: the context's (``cpo/context_frac``, ``cpo/context_token_frac``),
@@ -319,7 +321,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         """Log-probs ``[N, T]`` of the hint batch's responses under the run's teacher (the actor for ``policy``, verl's
         reference model otherwise; with LoRA the actor without its adapter), scored as verl's old-log-prob pass scores
         the plain batch, without the entropy (the wrappers read the plain pass's):
-        ``treetune_verl.second_log_prob.score_batch``."""
+        ``treetune_verl.rescoring.score_batch``."""
         return score_batch(self, hint_batch, on=self.teacher.scorer).log_probs
 
     def _compute_ref_log_prob(self, batch: DataProto) -> DataProto:

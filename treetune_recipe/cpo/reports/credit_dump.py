@@ -23,21 +23,21 @@ its text and id, ``o`` (``old_log_probs``), ``g`` (``gw_log_probs``, from the ru
 
 The wrapper needs the token entropy; the loss uses the current policy's entropy of each update micro-batch, which the
 driver never sees. The dump recomputes the entropy with one extra forward pass of the actor on the plain batch
-(``treetune_verl.second_log_prob.score_batch``, the old-log-prob pass's request with the entropy; before the update,
-so it is the old policy's; identical to the loss's for the first mini-batch of the first epoch).
-At a listed step the trainer also scores every row under the hint (as ``cpo.hint.rescore=all`` would), so the dump
-shows the real ``δ`` of each response it keeps. These passes and the file are the whole cost, paid only at the
-listed steps: with ``steps: []`` (default) nothing runs. Each file is written whole or not at all (a temporary file,
-renamed); a step trained again after a resume (``treetune_verl.run_folder``) writes its file again, so the folder holds
-one file per step, matching the step the metrics file logs. ``treetune_recipe/cpo/credit_report.py`` turns the files
-into one HTML page (command line: ``python -m treetune_scripts.credit_report``).
+(``treetune_verl.rescoring.score_batch``, the old-log-prob pass's request with the entropy; before the update, so it is
+the old policy's; identical to the loss's for the first mini-batch of the first epoch). At a listed step the trainer
+also scores every row under the hint (as ``cpo.hint.rescore=all`` would), so the dump shows the real ``δ`` of each
+response it keeps. These passes and the file are the whole cost, paid only at the listed steps: with ``steps: []``
+(default) nothing runs. Each file is written whole or not at all (a temporary file, renamed); a step trained again after
+a resume (``treetune_verl.run_folder``) writes its file again, so the folder holds one file per step, matching the step
+the metrics file logs. ``treetune_recipe/cpo/reports/credit_report.py`` turns the files into one HTML page (command
+line: ``python -m treetune_scripts.credit_report``).
 
 A distribution-level method (OPSD, SDPO) has no shaped advantage: its rows hold instead the teacher's prompt (its
 context), whether the row has one (``has_context``; a row without one is out of the loss), the teacher's
 :data:`TOPK_SHOWN` most likely ids of each token (over the whole vocabulary) as ``[id, text, log-prob]``, and the
 method's per-token loss ``token_loss`` at the old policy. Both come from the extra pass: its request hands the logits
 to the installed loss, which runs the teacher's forward beside the student's on the worker as in the update
-(``cpo_loss.DUMP_TEACHER_TOP``) and returns them per token; only these few values per token reach the driver.
+(``methods.loss.DUMP_TEACHER_TOP``) and returns them per token; only these few values per token reach the driver.
 """
 
 from __future__ import annotations
@@ -51,11 +51,11 @@ from typing import Any
 
 import torch
 
-from treetune_recipe.cpo.cpo_advantage_wrappers import get_cpo_wrapper
-from treetune_recipe.cpo.cpo_loss import CONTEXT_MASK, DUMP_TEACHER_TOP, TOKEN_LOSS, teacher_top_keys
-from treetune_recipe.cpo.cpo_terms import succeeded
+from treetune_recipe.cpo.methods.advantage_terms import succeeded
+from treetune_recipe.cpo.methods.loss import CONTEXT_MASK, DUMP_TEACHER_TOP, TOKEN_LOSS, teacher_top_keys
+from treetune_recipe.cpo.methods.registry import get_cpo_wrapper
 from treetune_verl.config_block import dataclass_from_block
-from treetune_verl.second_log_prob import score_batch
+from treetune_verl.rescoring import score_batch
 
 #: Row kinds, in the order rows are picked round-robin (difficulty label, correct?).
 #: Teacher ids shown per token in a distribution-level dump (the most likely among the step's top-k ids).
@@ -140,7 +140,7 @@ def build_dump(
         step: the training step.
         max_rows: rows kept (see :func:`select_rows`).
         distribution: a distribution-level method's per-token outputs of the extra pass (``[B, T]`` each, the old
-            policy's): ``cpo_loss.TOKEN_LOSS`` and the teacher's top ids and log-probs (``teacher_top_keys``).
+            policy's): ``methods.loss.TOKEN_LOSS`` and the teacher's top ids and log-probs (``teacher_top_keys``).
     """
     tensors = batch.batch
     mask = tensors["response_mask"].bool()

@@ -1,0 +1,17 @@
+# Copyright 2026 treetune-verl contributors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The methods and their losses: what a method declares (``method``), the loaded registry (``registry``), CPO's 18
+advantage wrappers (``cpo_wrappers``, on the terms of ``advantage_terms``), one module per published peer (``rlsd``,
+``opsd``, ``sdpo``, ``sdpg``), the distribution-level losses (``distribution_losses``), the estimator and token
+selection (``core_algos``) and the actor loss that runs them all on the workers (``loss``)."""
