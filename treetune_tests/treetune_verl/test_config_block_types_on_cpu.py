@@ -20,6 +20,8 @@ from typing import Any, Optional
 
 import pytest
 
+from treetune_recipe.cpo.config import CPOConfig
+from treetune_recipe.cpo.peers.sdpo import SDPOKnobs
 from treetune_verl.config_block import check_field_types, dataclass_from_block, field_type_problems
 
 
@@ -97,3 +99,14 @@ def test_every_wrong_key_is_listed_for_a_block_that_reports_them_all():
     object.__setattr__(built, "rate", 3)
     assert field_type_problems(built, "outer") == {"count": "outer.count must be an integer, got False."}
     assert built.rate == 3.0 and type(built.rate) is float  # what fits is set to its annotated form
+
+
+def test_a_block_built_in_python_is_refused_like_one_read_from_the_config():
+    with pytest.raises(ValueError, match=r"^cpo.sdpo.top_k must be an integer, got True\.$"):
+        SDPOKnobs(top_k=True)
+    with pytest.raises(ValueError, match=r"^cpo.sdpo.top_k must be an integer, got True\.$"):
+        CPOConfig.from_config({"sdpo": {"top_k": True}})
+    assert SDPOKnobs(top_k=5, alpha=1).alpha == 1.0
+    with pytest.raises(ValueError, match=r"^cpo.drift_metrics must be true or false, got 'yes'\.$"):
+        CPOConfig(drift_metrics="yes")
+    assert CPOConfig(drift_metrics=True, cpo_lambda=3).cpo_lambda == 3.0
