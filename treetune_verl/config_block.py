@@ -20,6 +20,10 @@ one typed object built once. :func:`check_block_overrides` reads the same datacl
 before Hydra composes anything, a command-line override of a key the block does not have (Hydra's own message for
 ``cpo.x=1`` is a multi-line struct error, and ``+cpo.x=1`` composes silently) or of a value it refuses.
 
+The type of each value is checked once, from the field's annotation: a block's ``__post_init__`` starts with
+:func:`check_field_types` (so a block built in Python is checked too, not only one read from the config) and then
+checks only ranges and choices.
+
 Why not verl's ``omega_conf_to_dataclass``: it needs a ``_target_`` or a structured-config merge, coerces values
 (``"yes"`` becomes ``True``) instead of refusing them, names neither the block nor its valid keys on an unknown key,
 and the blocks here hold tuples and unions that OmegaConf's structured configs do not type.
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import types
 import typing
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
@@ -37,7 +42,14 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from treetune_verl.preflight import PreflightError
 
-__all__ = ["block_keys", "check_block_overrides", "dataclass_from_block", "override_key"]
+__all__ = [
+    "block_keys",
+    "check_block_overrides",
+    "check_field_types",
+    "dataclass_from_block",
+    "field_type_problems",
+    "override_key",
+]
 
 T = TypeVar("T")
 
@@ -56,11 +68,118 @@ def block_keys(cls: type) -> list[str]:
 def _nested_blocks(cls: type) -> dict[str, type]:
     """Fields of ``cls`` whose type is itself a dataclass (a nested block), by name."""
     hints = typing.get_type_hints(cls)
-    return {
-        name: hints[name]
-        for name in block_keys(cls)
-        if isinstance(hints[name], type) and dataclasses.is_dataclass(hints[name])
-    }
+    return {name: hints[name] for name in block_keys(cls) if _is_block(hints[name])}
+
+
+@functools.cache
+def _field_hints(cls: type) -> dict[str, Any]:
+    """The annotation of each key of block ``cls``, resolved (the modules write them as strings)."""
+    hints = typing.get_type_hints(cls)
+    return {name: hints[name] for name in block_keys(cls)}
+
+
+def check_field_types(obj: Any, where: str) -> None:
+    """Refuse a block whose values do not fit their fields' annotations; set the ones that fit to their annotated form.
+
+    Call it first in a block's ``__post_init__``; the rest of ``__post_init__`` then checks ranges and choices only.
+    What each annotation accepts: :func:`field_type_problems`.
+
+    Raises:
+        ValueError: one line naming the first wrong key, ``cpo.sdpo.top_k must be an integer, got True.``
+    """
+    problems = field_type_problems(obj, where)
+    if problems:
+        raise ValueError(next(iter(problems.values())))
+
+
+def field_type_problems(obj: Any, where: str) -> dict[str, str]:
+    """Each key of dataclass ``obj`` (block ``where``) whose value does not fit its annotation -> one line saying so.
+
+    ``bool`` takes only true or false; ``int`` an int, not a bool; ``float`` an int or a float, not a bool (set to a
+    float); ``str`` a string; ``X | None`` also None; ``tuple[X, ...]`` and ``list[X]`` a list or a tuple of X (set to
+    the annotated container); a dataclass an instance of it (a nested block: built from a mapping by
+    :func:`dataclass_from_block`). Other annotations (``Any``...) are not checked. A value that fits is set on
+    ``obj`` in its annotated form (frozen dataclasses included); fields with ``init=False`` are skipped.
+    """
+    problems = {}
+    for name, hint in _field_hints(type(obj)).items():
+        value = getattr(obj, name)
+        conformed = _conform(value, hint)
+        if conformed is _MISMATCH:
+            how = "; build the whole block from its mapping (dataclass_from_block)" if _is_block(hint) else ""
+            problems[name] = f"{where}.{name} must be {_join(_describe(hint))}, got {value!r}{how}."
+        elif conformed is not value:
+            object.__setattr__(obj, name, conformed)
+    return problems
+
+
+_MISMATCH = object()
+
+
+def _conform(value: Any, hint: Any) -> Any:
+    """``value`` in the form ``hint`` annotates (an int made a float, a list made a tuple), or ``_MISMATCH``."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        for option in typing.get_args(hint):
+            conformed = _conform(value, option)
+            if conformed is not _MISMATCH:
+                return conformed
+        return _MISMATCH
+    if hint is type(None):
+        return value if value is None else _MISMATCH
+    if hint is bool or hint is str:
+        return value if isinstance(value, hint) else _MISMATCH
+    if hint is int or hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | hint):
+            return _MISMATCH
+        return float(value) if hint is float and type(value) is not float else value
+    if origin is tuple or origin is list:
+        if not isinstance(value, list | tuple):
+            return _MISMATCH
+        item = _item_hint(hint)
+        items = [_conform(element, item) for element in value]
+        if any(element is _MISMATCH for element in items):
+            return _MISMATCH
+        if type(value) is origin and all(new is old for new, old in zip(items, value)):
+            return value
+        return origin(items)
+    if _is_block(hint):
+        return value if isinstance(value, hint) else _MISMATCH
+    return value
+
+
+def _is_block(hint: Any) -> bool:
+    return isinstance(hint, type) and dataclasses.is_dataclass(hint)
+
+
+def _item_hint(hint: Any) -> Any:
+    """The element annotation of ``tuple[X, ...]`` or ``list[X]``; Any (unchecked) for a fixed-length tuple."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is tuple:
+        return args[0] if len(args) == 2 and args[1] is Ellipsis else Any
+    return args[0] if args else Any
+
+
+_WORDS = {bool: ["true", "false"], int: ["an integer"], float: ["a number"], str: ["a string"], type(None): ["null"]}
+_PLURALS = {bool: "true/false values", int: "integers", float: "numbers", str: "strings"}
+
+
+def _describe(hint: Any) -> list[str]:
+    """What ``hint`` accepts, as alternatives: ``float | None`` -> ["a number", "null"]."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        return [word for option in typing.get_args(hint) for word in _describe(option)]
+    if hint in _WORDS:
+        return _WORDS[hint]
+    if origin is tuple or origin is list:
+        item = _item_hint(hint)
+        return [f"a list of {_PLURALS[item]}" if item in _PLURALS else "a list"]
+    name = getattr(hint, "__name__", str(hint))
+    return [f"{'an' if name[:1] in 'AEIOU' else 'a'} {name}"]
+
+
+def _join(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
 
 
 def dataclass_from_block(cls: type[T], block: Any, where: str) -> T:

@@ -69,7 +69,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from treetune_verl.config_block import dataclass_from_block
+from treetune_verl.config_block import dataclass_from_block, field_type_problems
 
 logger = logging.getLogger(__name__)
 
@@ -132,10 +132,14 @@ class RolloutHealthConfig:
     calibrated_devices: tuple[str, ...] = ("cpu",)
 
     def __post_init__(self):
-        problems = _value_problems({field_.name: getattr(self, field_.name) for field_ in fields(self)})
+        wrong_types = field_type_problems(self, CONFIG_KEY)
+        # A value of the wrong type is reported once, by its type: its range is not checked (None).
+        values = {
+            field_.name: None if field_.name in wrong_types else getattr(self, field_.name) for field_ in fields(self)
+        }
+        problems = [*wrong_types.values(), *_value_problems(values)]
         if problems:
             raise ValueError(_format_problems(problems))
-        object.__setattr__(self, "calibrated_devices", tuple(self.calibrated_devices))
 
     def on_device(self, device: str) -> RolloutHealthConfig:
         """The thresholds in force on ``device``: without a calibration there, warnings never stop the run."""
@@ -162,33 +166,25 @@ _DEFAULTS = {field_.name: field_.default for field_ in fields(RolloutHealthConfi
 
 
 def _value_problems(values: Mapping[str, Any]) -> list[str]:
-    """Every invalid value of a complete set of the block's values."""
+    """Every value out of range in a complete set of the block's values, each of its annotated type or None."""
     problems = []
-    if not isinstance(values["enabled"], bool):
-        problems.append(f"{CONFIG_KEY}.enabled must be true or false, got {values['enabled']!r}.")
     for name in ("warn_kl", "warn_probs_diff", "stop_kl", "stop_probs_diff"):
         value = values[name]
-        if value is not None and not (_is_number(value) and value >= 0):
+        if value is not None and not (math.isfinite(value) and value >= 0):
             problems.append(
                 f"{CONFIG_KEY}.{name}={value!r}: a threshold must be a finite number >= 0 (or null to turn it off); "
                 f"e.g. {CONFIG_KEY}.{name}={_DEFAULTS[name]}."
             )
     for metric in ("kl", "probs_diff"):
         warn, stop = values[f"warn_{metric}"], values[f"stop_{metric}"]
-        if _is_number(warn) and _is_number(stop) and warn > stop:
+        if _is_finite(warn) and _is_finite(stop) and warn > stop:
             problems.append(
                 f"{CONFIG_KEY}.warn_{metric}={warn} is above {CONFIG_KEY}.stop_{metric}={stop}: the run would stop "
                 f"without ever warning. Set warn_{metric} <= stop_{metric} (defaults {_DEFAULTS[f'warn_{metric}']} "
                 f"and {_DEFAULTS[f'stop_{metric}']})."
             )
-    devices = values["calibrated_devices"]
-    if isinstance(devices, str) or not all(isinstance(device, str) for device in devices or [None]):
-        problems.append(
-            f"{CONFIG_KEY}.calibrated_devices={devices!r} must be a list of trainer.device names, e.g. "
-            f"{CONFIG_KEY}.calibrated_devices=[cpu] (or [] for none)."
-        )
     limit = values["max_consecutive_warnings"]
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+    if limit is not None and limit < 0:
         problems.append(
             f"{CONFIG_KEY}.max_consecutive_warnings={limit!r} must be an integer >= 0 (0 or null: never stop on "
             f"warnings alone); e.g. {CONFIG_KEY}.max_consecutive_warnings={_DEFAULTS['max_consecutive_warnings']}."
@@ -201,8 +197,8 @@ def _run_config_block(config: Any) -> Any:
     return treetune.get("rollout_health") if treetune is not None else None
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+def _is_finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
 
 
 def _format_problems(problems: list[str]) -> str:

@@ -41,7 +41,13 @@ from treetune_recipe.cpo.methods.registry import all_methods, get_method
 from treetune_recipe.cpo.reports.credit_dump import CreditDumpConfig
 from treetune_recipe.cpo.teacher.hint import HintConfig
 from treetune_recipe.cpo.teacher.weights import TEACHERS, TeacherConfig
-from treetune_verl.config_block import block_keys, check_block_overrides, dataclass_from_block, override_key
+from treetune_verl.config_block import (
+    block_keys,
+    check_block_overrides,
+    check_field_types,
+    dataclass_from_block,
+    override_key,
+)
 
 
 @dataclass
@@ -147,33 +153,23 @@ class _SharedKnobs:
     )
 
     def __post_init__(self):
+        check_field_types(self, "cpo")
         _check_choice("wrap_method", self.wrap_method, all_methods())
         _check_choice("loss_position", self.loss_position, LOSS_POSITIONS)
         _check_choice("difficulty_mode", self.difficulty_mode, DIFFICULTY_MODES)
         _check_choice("token_loss_agg", self.token_loss_agg, TOKEN_LOSS_AGGS)
         for name in ("cpo_lambda", "pos_alpha", "neg_alpha", "success_value", "teacher_ema_rate"):
-            nullable = name in ("pos_alpha", "neg_alpha")
-            setattr(self, name, _finite_float(name, getattr(self, name), nullable=nullable))
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"cpo.{name} must be finite, got {value}.")
         if self.cpo_lambda <= 1:
             raise ValueError(f"cpo.cpo_lambda must be > 1 (ratio band [1/λ, λ]), got {self.cpo_lambda}.")
         if not 0 < self.teacher_ema_rate <= 1:
             raise ValueError(f"cpo.teacher_ema_rate must lie in (0, 1], got {self.teacher_ema_rate}.")
         if self.teacher is not None:
             _check_choice("teacher", self.teacher, TEACHERS)
-        if not isinstance(self.drift_metrics, bool):
-            raise ValueError(f"cpo.drift_metrics must be true or false, got {self.drift_metrics!r}.")
-        if not isinstance(self.teacher_checkpoint, bool):
-            raise ValueError(f"cpo.teacher_checkpoint must be true or false, got {self.teacher_checkpoint!r}.")
-        steps = self.teacher_refresh_steps
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise ValueError(f"cpo.teacher_refresh_steps must be an integer >= 1, got {steps!r}.")
-        for name, expected in _block_types():
-            value = getattr(self, name)
-            if not isinstance(value, expected):
-                raise ValueError(
-                    f"cpo.{name} must be a {expected.__name__}, got {value!r}; build the whole block with "
-                    "CPOConfig.from_config."
-                )
+        if self.teacher_refresh_steps < 1:
+            raise ValueError(f"cpo.teacher_refresh_steps must be an integer >= 1, got {self.teacher_refresh_steps!r}.")
         published = self.method.published_teacher
         self.teacher_config = TeacherConfig(
             name=self.teacher or published,
@@ -224,11 +220,6 @@ class _SharedKnobs:
             if isinstance(config, dict):
                 config = _translate_alias_keys(config)
         return dataclass_from_block(cls, config, "cpo")
-
-
-def _block_types() -> list[tuple[str, type]]:
-    blocks = [("hint", HintConfig), ("credit_dump", CreditDumpConfig)]
-    return blocks + [(name, method.knobs) for name, method in all_methods().items() if method.knobs is not None]
 
 
 def _method_fields() -> list[tuple[str, type, Any]]:
@@ -353,16 +344,6 @@ def check_cpo_overrides(overrides: list[str]) -> list[str]:
 def _check_choice(name: str, value: str, valid) -> None:
     if value not in valid:
         raise ValueError(f"Unknown cpo.{name} {value!r}. Valid values: {', '.join(valid)}.")
-
-
-def _finite_float(name: str, value: Any, nullable: bool) -> float | None:
-    if value is None and nullable:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"cpo.{name} must be a number, got {value!r}.")
-    if not math.isfinite(value):
-        raise ValueError(f"cpo.{name} must be finite, got {value}.")
-    return float(value)
 
 
 register_config_defaults()

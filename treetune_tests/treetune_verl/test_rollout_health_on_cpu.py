@@ -296,10 +296,13 @@ def test_a_config_without_the_block_gets_the_defaults_and_the_block_is_read():
 BAD_BLOCKS = {
     "negative threshold": ({"warn_kl": -0.1}, "treetune.rollout_health.warn_kl=-0.1: a threshold must be a finite"),
     "warn above stop": ({"warn_probs_diff": 0.5}, "warn_probs_diff=0.5 is above treetune.rollout_health.stop_probs"),
-    "not a number": ({"stop_kl": "high"}, "treetune.rollout_health.stop_kl='high'"),
+    "not a number": ({"stop_kl": "high"}, "treetune.rollout_health.stop_kl must be a number or null, got 'high'"),
     "infinite": ({"stop_kl": float("inf")}, "treetune.rollout_health.stop_kl=inf"),
     "negative count": ({"max_consecutive_warnings": -1}, "max_consecutive_warnings=-1 must be an integer >= 0"),
-    "fractional count": ({"max_consecutive_warnings": 2.5}, "max_consecutive_warnings=2.5 must be an integer"),
+    "fractional count": (
+        {"max_consecutive_warnings": 2.5},
+        "max_consecutive_warnings must be an integer or null, got 2.5",
+    ),
     "enabled not a bool": ({"enabled": "yes"}, "treetune.rollout_health.enabled must be true or false"),
 }
 

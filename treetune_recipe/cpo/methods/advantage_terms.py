@@ -286,5 +286,6 @@ def as_wrapper(formula: Callable[[CPOTerms, object], torch.Tensor]) -> CPOWrappe
         out = formula(terms, cfg)
         return out.clone() if out is advantages else out
 
-    wrapper.__name__, wrapper.__qualname__, wrapper.__doc__ = formula.__name__, formula.__qualname__, formula.__doc__
+    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
+        setattr(wrapper, name, getattr(formula, name))
     return wrapper

@@ -119,6 +119,11 @@ class Method:
                 raise ValueError(f"method {self.name!r}: alias {old!r} names no knob {new!r}.")
 
     @property
+    def module(self) -> str:
+        """The module that declares the method (where its advantage wrapper or token loss is written)."""
+        return (self.advantage or self.token_loss).__module__
+
+    @property
     def run_setting_keys(self) -> set[str]:
         """The config keys :attr:`run_settings` set."""
         return {override_key(setting) for setting in self.run_settings}

@@ -25,6 +25,7 @@ import torch
 from treetune_recipe.cpo.methods.advantage_terms import CPOTerms, as_wrapper
 from treetune_recipe.cpo.methods.distribution_losses import opsd_token_loss
 from treetune_recipe.cpo.methods.method import Method, register_method
+from treetune_verl.config_block import check_field_types
 
 #: ``scripts/run_opsd.sh``: the teacher is the starting model (``--fixed_teacher``), sampling at τ = 1.1 with top-p 0.95
 #: and top-k 20 (verl scores the trainer's and the teacher's log-probs at the rollout temperature too), one optimizer
@@ -58,9 +59,10 @@ class OPSDKnobs:
     )
 
     def __post_init__(self):
-        if isinstance(self.beta, bool) or not isinstance(self.beta, int | float) or not 0 <= self.beta <= 1:
+        check_field_types(self, "cpo.opsd")
+        if not 0 <= self.beta <= 1:
             raise ValueError(f"cpo.opsd.beta must lie in [0, 1], got {self.beta!r}.")
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+        if self.top_k < 0:
             raise ValueError(f"cpo.opsd.top_k must be an integer >= 0 (0: the full vocabulary), got {self.top_k!r}.")
 
 

@@ -34,6 +34,11 @@ from treetune_recipe.cpo.methods.method import ADVANTAGE_WRAPPERS, METHODS, Meth
 METHOD_MODULES = ("cpo_wrappers", "rlsd", "opsd", "sdpo")
 for _module in METHOD_MODULES:
     importlib.import_module(f"treetune_recipe.cpo.methods.{_module}")
+# The registry's order is the modules' order, whichever module a caller imported first.
+_rank = {f"treetune_recipe.cpo.methods.{module}": i for i, module in enumerate(METHOD_MODULES)}
+_ordered = sorted(METHODS.values(), key=lambda method: _rank.get(method.module, len(_rank)))
+METHODS.clear()
+METHODS.update({method.name: method for method in _ordered})
 
 #: name -> advantage wrapper of every registered method that has one (the 18 CPO wrappers and the peers' advantage
 #: forms).
@@ -46,7 +51,7 @@ def get_method(name: str) -> Method:
 
 
 def all_methods() -> dict[str, Method]:
-    """Every method, by name (the 18 CPO wrappers first, then the peers)."""
+    """Every method, by name, in the order of :data:`METHOD_MODULES` (the 18 CPO wrappers first, then the peers)."""
     return METHODS
 
 

@@ -24,6 +24,7 @@ import torch
 
 from treetune_recipe.cpo.methods.advantage_terms import CPORows, CPOTerms, as_wrapper
 from treetune_recipe.cpo.methods.method import Method, register_method
+from treetune_verl.config_block import check_field_types
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,7 @@ class RLSDKnobs:
     )
 
     def __post_init__(self):
-        for name in ("mix_lambda", "clip"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(f"cpo.rlsd.{name} must be a number, got {value!r}.")
+        check_field_types(self, "cpo.rlsd")
         if not 0 <= self.mix_lambda <= 1:
             raise ValueError(
                 f"cpo.rlsd.mix_lambda must lie in [0, 1] (a mix of 1 and the weight), got {self.mix_lambda}."
@@ -58,9 +56,8 @@ class RLSDKnobs:
             raise ValueError(
                 f"cpo.rlsd.clip must lie in [0, 1) (weights in [1-ε, 1+ε] stay positive), got {self.clip}."
             )
-        steps = self.lambda_decay_steps
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise ValueError(f"cpo.rlsd.lambda_decay_steps must be an integer >= 0, got {steps!r}.")
+        if self.lambda_decay_steps < 0:
+            raise ValueError(f"cpo.rlsd.lambda_decay_steps must be an integer >= 0, got {self.lambda_decay_steps!r}.")
 
 
 def lambda_schedule(knobs: RLSDKnobs, step: int) -> tuple[RLSDKnobs, dict[str, float]]:

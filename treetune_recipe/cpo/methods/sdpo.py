@@ -26,6 +26,7 @@ import torch
 
 from treetune_recipe.cpo.methods.distribution_losses import clipped_importance_weight, sdpo_token_loss
 from treetune_recipe.cpo.methods.method import Method, register_method
+from treetune_verl.config_block import check_field_types
 
 
 @dataclass(frozen=True)
@@ -50,14 +51,13 @@ class SDPOKnobs:
     )
 
     def __post_init__(self):
-        if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float) or not 0 <= self.alpha <= 1:
+        check_field_types(self, "cpo.sdpo")
+        if not 0 <= self.alpha <= 1:
             raise ValueError(f"cpo.sdpo.alpha must lie in [0, 1], got {self.alpha!r}.")
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+        if self.top_k < 0:
             raise ValueError(f"cpo.sdpo.top_k must be an integer >= 0 (0: every id), got {self.top_k!r}.")
-        if isinstance(self.is_clip, bool) or not isinstance(self.is_clip, int | float) or not self.is_clip > 0:
+        if not self.is_clip > 0:
             raise ValueError(f"cpo.sdpo.is_clip must be a number > 0, got {self.is_clip!r}.")
-        if not isinstance(self.exclude_self, bool):
-            raise ValueError(f"cpo.sdpo.exclude_self must be true or false, got {self.exclude_self!r}.")
 
 
 def sdpo_divergence(student: torch.Tensor, teacher: torch.Tensor, knobs: SDPOKnobs) -> torch.Tensor:

@@ -54,7 +54,7 @@ import torch
 from treetune_recipe.cpo.methods.advantage_terms import succeeded
 from treetune_recipe.cpo.methods.loss import CONTEXT_MASK, DUMP_TEACHER_TOP, TOKEN_LOSS, teacher_top_keys
 from treetune_recipe.cpo.methods.registry import get_cpo_wrapper
-from treetune_verl.config_block import dataclass_from_block
+from treetune_verl.config_block import check_field_types, dataclass_from_block
 from treetune_verl.rescoring import score_batch
 
 #: Row kinds, in the order rows are picked round-robin (difficulty label, correct?).
@@ -73,15 +73,12 @@ class CreditDumpConfig:
     max_rows: int = 32
 
     def __post_init__(self):
-        steps = self.steps if self.steps is not None else ()
-        if not isinstance(steps, list | tuple) or any(
-            isinstance(step, bool) or not isinstance(step, int) or step < 1 for step in steps
-        ):
+        if self.steps is None:  # null = no step
+            object.__setattr__(self, "steps", ())
+        check_field_types(self, "cpo.credit_dump")
+        if any(step < 1 for step in self.steps):
             raise ValueError(f"cpo.credit_dump.steps must be a list of training steps >= 1, got {self.steps!r}.")
-        object.__setattr__(self, "steps", tuple(steps))
-        if self.dir is not None and not isinstance(self.dir, str):
-            raise ValueError(f"cpo.credit_dump.dir must be a folder path or null, got {self.dir!r}.")
-        if not isinstance(self.max_rows, int) or self.max_rows < 1:
+        if self.max_rows < 1:
             raise ValueError(f"cpo.credit_dump.max_rows must be an integer >= 1, got {self.max_rows!r}.")
 
     @classmethod

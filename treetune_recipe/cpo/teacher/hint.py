@@ -51,7 +51,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from verl import DataProto
 
-from treetune_verl.config_block import dataclass_from_block
+from treetune_verl.config_block import check_field_types, dataclass_from_block
 from treetune_verl.tiny_assets import HINT_PROMPT_SYSTEM, HINT_PROMPT_USER_TEMPLATE
 
 # The default wording is written once, in the library (treetune_verl/tiny_assets.py): the tiny tokenizer is trained on
@@ -105,18 +105,11 @@ class HintConfig:
     )
 
     def __post_init__(self):
+        check_field_types(self, "cpo.hint")
         if self.user_template is None:  # null = the built-in wording
             object.__setattr__(self, "user_template", DEFAULT_USER_TEMPLATE)
-        for key in ("max_prompt_length", "max_prompt_length_margin"):
-            value = getattr(self, key)
-            if (value is not None or key.endswith("margin")) and (
-                isinstance(value, bool) or not isinstance(value, int)
-            ):
-                raise ValueError(f"cpo.hint.{key} must be an integer number of tokens, got {value!r}.")
-        if not isinstance(self.allow_all_missing, bool):
-            raise ValueError(f"cpo.hint.allow_all_missing must be true or false, got {self.allow_all_missing!r}.")
         for key in ("question_key", "solution_key"):
-            if not isinstance(getattr(self, key), str) or not getattr(self, key):
+            if not getattr(self, key):
                 raise ValueError(f"cpo.hint.{key} must be a non-empty string, got {getattr(self, key)!r}.")
         missing_fields = {"question", "solution"} - set(_TEMPLATE_FIELD.findall(self.user_template))
         if missing_fields:
@@ -132,8 +125,6 @@ class HintConfig:
             raise ValueError(f"cpo.hint.max_prompt_length must be positive or null, got {self.max_prompt_length}.")
         if self.max_prompt_length_margin < 0:
             raise ValueError(f"cpo.hint.max_prompt_length_margin must be >= 0, got {self.max_prompt_length_margin}.")
-        if self.enable_thinking not in (None, True, False):
-            raise ValueError(f"cpo.hint.enable_thinking must be true, false or null, got {self.enable_thinking!r}.")
 
     @classmethod
     def from_config(cls, config: Any = None) -> HintConfig:
