@@ -105,18 +105,20 @@ class RolloutMismatchError(RuntimeError):
 class RolloutHealthConfig:
     """The ``treetune.rollout_health`` block.
 
-    The field defaults below are the project's defaults, used when a config has no block;
-    ``treetune_recipe/cpo/config/cpo_trainer.yaml`` repeats them for users to read and override, and a test keeps the
-    two equal. A metric crosses a threshold when its absolute value is strictly above it; a null threshold is off.
+    The field defaults below are the project's defaults, written once: a config without the block gets them, and the
+    recipe's Hydra config composes them from the ``rollout_health_defaults`` node that :func:`register_config_defaults`
+    stores from this dataclass. A metric crosses a threshold when its absolute value is strictly above it; a null
+    threshold is off.
 
     Attributes:
-        enabled: run the guard at all.
+        enabled: run the guard at all (false: never check; verl still logs the metrics).
         warn_kl: warn above this ``|rollout_corr/kl|`` (nats per token; healthy runs ~0.001, the masked-context bug
             ~3).
         warn_probs_diff: warn above this ``training/rollout_probs_diff_mean`` (healthy ~0.003, the bug ~0.4).
         stop_kl: stop at once above this ``|rollout_corr/kl|``.
         stop_probs_diff: stop at once above this ``training/rollout_probs_diff_mean``.
-        max_consecutive_warnings: stop at the N-th warning step in a row; 0 or null = never.
+        max_consecutive_warnings: stop at the N-th warning step in a row (a healthy step resets the count); 0 or
+            null = never.
         calibrated_devices: the ``trainer.device`` values whose rollout engines the warn thresholds were measured on
             (CPU: the ``hf`` rollout and vLLM's CPU build). On any other device a warning never stops a run, since
             the normal mismatch of its engines (bf16 vLLM or SGLang on a GPU) was never measured here: warning steps
@@ -163,6 +165,22 @@ class RolloutHealthConfig:
 
 
 _DEFAULTS = {field_.name: field_.default for field_ in fields(RolloutHealthConfig)}
+#: The Hydra ConfigStore node of the block's defaults (:func:`register_config_defaults`).
+CONFIG_DEFAULTS_NODE = "rollout_health_defaults"
+
+
+def config_defaults() -> dict[str, Any]:
+    """The block's defaults as plain config values (a tuple as a list), as a composed config holds them."""
+    return {name: list(value) if isinstance(value, tuple) else value for name, value in _DEFAULTS.items()}
+
+
+def register_config_defaults() -> None:
+    """Store the block's defaults in Hydra's ConfigStore as :data:`CONFIG_DEFAULTS_NODE`, at
+    ``treetune.rollout_health``, for a config to list in its defaults (``cpo_trainer.yaml`` does;
+    ``treetune_recipe.cpo.config.register_config_defaults`` calls this)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name=CONFIG_DEFAULTS_NODE, node={"treetune": {"rollout_health": config_defaults()}})
 
 
 def _value_problems(values: Mapping[str, Any]) -> list[str]:

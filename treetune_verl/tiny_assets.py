@@ -285,6 +285,30 @@ def build_tokenizer(corpus: list[str], vocab_size: int):
 # ----------------------------------------------------------------------------------------------------------------------
 
 
+#: The :class:`TinyAssetsConfig` fields that size the model, each a ``Qwen3Config`` argument of the same name.
+MODEL_SHAPE_FIELDS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+)
+
+
+def tiny_qwen3_config(vocab_size: int, config: TinyAssetsConfig | None = None, **overrides) -> dict:
+    """The ``transformers.Qwen3Config`` arguments of the tiny Qwen3: ``vocab_size``, the shape of ``config``
+    (:data:`MODEL_SHAPE_FIELDS`; default ``TinyAssetsConfig()``: two layers, hidden size 64), tied embeddings, then
+    ``overrides`` (any ``Qwen3Config`` argument, a shape key included). The one place the tiny model is written:
+    :func:`build_model` (the tiny assets, and the CPU experiments' warm start through its ``TinyAssetsConfig``) and
+    the tests that build a model in memory take it from here; verl-cpu's own tests keep a copy (their package cannot
+    import this one), which ``treetune_tests/treetune_verl/test_tiny_assets_on_cpu.py`` checks against it."""
+    config = config or TinyAssetsConfig()
+    shape = {name: getattr(config, name) for name in MODEL_SHAPE_FIELDS}
+    return {"vocab_size": vocab_size, **shape, "tie_word_embeddings": True, **overrides}
+
+
 def build_model(config: TinyAssetsConfig, tokenizer):
     """A randomly initialised Qwen3ForCausalLM sized by ``config``; the global torch RNG is left untouched."""
     import torch
@@ -292,20 +316,15 @@ def build_model(config: TinyAssetsConfig, tokenizer):
 
     vocab_size = -(-len(tokenizer) // config.vocab_multiple) * config.vocab_multiple
     model_config = Qwen3Config(
-        vocab_size=vocab_size,
-        hidden_size=config.hidden_size,
-        intermediate_size=config.intermediate_size,
-        num_hidden_layers=config.num_hidden_layers,
-        num_attention_heads=config.num_attention_heads,
-        num_key_value_heads=config.num_key_value_heads,
-        head_dim=config.head_dim,
-        max_position_embeddings=config.max_position_embeddings,
-        initializer_range=config.initializer_range,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        torch_dtype=config.torch_dtype,
+        **tiny_qwen3_config(
+            vocab_size,
+            config,
+            initializer_range=config.initializer_range,
+            bos_token_id=None,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            torch_dtype=config.torch_dtype,
+        )
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)

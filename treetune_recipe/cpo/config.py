@@ -41,6 +41,7 @@ from treetune_recipe.cpo.methods.registry import all_methods, get_method
 from treetune_recipe.cpo.reports.credit_dump import CreditDumpConfig
 from treetune_recipe.cpo.teacher.hint import HintConfig
 from treetune_recipe.cpo.teacher.weights import TEACHERS, TeacherConfig
+from treetune_verl import rollout_health
 from treetune_verl.config_block import (
     block_keys,
     check_block_overrides,
@@ -280,11 +281,13 @@ def config_defaults() -> dict[str, Any]:
 
 
 def register_config_defaults() -> None:
-    """Store the ``cpo`` defaults in Hydra's ConfigStore as ``cpo_defaults``, which ``cpo_trainer.yaml`` lists in its
-    defaults: the recipe config writes none of them itself."""
+    """Store the ``cpo`` defaults in Hydra's ConfigStore as ``cpo_defaults``, and the run-health guard's
+    (``treetune.rollout_health``) as ``rollout_health_defaults``; ``cpo_trainer.yaml`` lists both in its defaults: the
+    recipe config writes none of them itself."""
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="cpo_defaults", node={"cpo": config_defaults()})
+    rollout_health.register_config_defaults()
 
 
 class RunSettings(NamedTuple):

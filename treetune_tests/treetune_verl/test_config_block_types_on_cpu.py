@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import pytest
-from treetune_recipe.cpo.methods.sdpo import SDPOKnobs
 
 from treetune_recipe.cpo.config import CPOConfig
+from treetune_recipe.cpo.methods.sdpo import SDPOKnobs
 from treetune_verl.config_block import check_field_types, dataclass_from_block, field_type_problems
 
 

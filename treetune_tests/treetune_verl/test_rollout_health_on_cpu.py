@@ -16,8 +16,8 @@
 No Ray: the mixin runs on a stand-in trainer whose old-log-prob pass and actor update are plain methods.
 """
 
+import dataclasses
 import logging
-from pathlib import Path
 
 import pytest
 import torch
@@ -29,6 +29,7 @@ from verl.utils.debug.metrics import calculate_debug_metrics
 
 from treetune_verl.rollout_health import (
     CHECKED_METRIC,
+    CONFIG_DEFAULTS_NODE,
     CONSECUTIVE_WARNINGS_METRIC,
     KL_METRIC,
     PROBS_DIFF_METRIC,
@@ -43,7 +44,6 @@ from treetune_verl.rollout_health import (
     truncated_sampling,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 HEALTHY = {KL_METRIC: 0.001, PROBS_DIFF_METRIC: 0.003}
 SPIKE = {KL_METRIC: 0.05, PROBS_DIFF_METRIC: 0.004}  # above warn_kl only
 BROKEN = {KL_METRIC: 2.95, PROBS_DIFF_METRIC: 0.39}  # the masked-context bug on CPU
@@ -279,9 +279,26 @@ def test_default_thresholds_stop_every_measured_broken_run(run):
     assert "ok" not in seen[first_alarm:], seen  # once broken, never reported healthy again
 
 
-def test_the_recipe_yaml_repeats_the_defaults():
-    recipe = yaml.safe_load((REPO_ROOT / "treetune_recipe" / "cpo" / "config" / "cpo_trainer.yaml").read_text())
-    assert RolloutHealthConfig(**recipe["treetune"]["rollout_health"]) == RolloutHealthConfig()
+def test_the_recipe_config_composes_the_dataclass_defaults_and_an_override_wins():
+    from hydra import compose, initialize_config_dir
+
+    import treetune_recipe.cpo.config  # noqa: F401  (registers the defaults nodes the recipe config lists)
+    from treetune_recipe.cpo import CONFIG_DIR, CONFIG_NAME
+
+    recipe = yaml.safe_load((CONFIG_DIR / f"{CONFIG_NAME}.yaml").read_text())
+    assert "treetune" not in recipe and CONFIG_DEFAULTS_NODE in recipe["defaults"]  # written once, in the dataclass
+    expected = dataclasses.asdict(RolloutHealthConfig())
+    expected["calibrated_devices"] = list(expected["calibrated_devices"])
+    override = ["treetune.rollout_health.stop_kl=0.5", "treetune.rollout_health.calibrated_devices=[cpu,cuda]"]
+    for platform in ([], ["platform=cpu"]):
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+            composed = compose(CONFIG_NAME, overrides=platform)
+            overridden = compose(CONFIG_NAME, overrides=[*platform, *override])
+        assert OmegaConf.to_container(composed.treetune.rollout_health, resolve=True) == expected, platform
+        assert RolloutHealthConfig.from_run_config(composed) == RolloutHealthConfig()
+        assert RolloutHealthConfig.from_run_config(overridden) == RolloutHealthConfig(
+            stop_kl=0.5, calibrated_devices=("cpu", "cuda")
+        )
 
 
 def test_a_config_without_the_block_gets_the_defaults_and_the_block_is_read():

@@ -14,6 +14,7 @@
 """Tests of the tiny-asset builder (``treetune_verl/tiny_assets.py``): cache, determinism, model shape, tokenizer, chat
 template and data schema."""
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -151,6 +152,25 @@ def test_model_architecture(assets_dir, tokenizer):
     generation_config = GenerationConfig.from_pretrained(assets_dir / "model")
     assert generation_config.eos_token_id == tokenizer.eos_token_id
     assert generation_config.pad_token_id == tokenizer.pad_token_id
+
+
+def test_verl_cpus_copy_of_the_tiny_model_is_the_tiny_qwen3_with_two_heads():
+    """verl-cpu's tests run where the overlay cannot be imported, so their conftest keeps a copy of the tiny Qwen3
+    (``model_config``); it stays :func:`tiny_assets.tiny_qwen3_config` with two heads and a shorter context."""
+    path = Path(tiny_assets.__file__).resolve().parent / "verl-cpu" / "tests" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("verl_cpu_tests_conftest", path)
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    tokenizer = conftest.build_tokenizer()
+    assert conftest.model_config(tokenizer) == tiny_assets.tiny_qwen3_config(
+        len(tokenizer) + 8,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -24,6 +24,8 @@ from verl_cpu.hf_generation import (
     resolve_max_tokens,
 )
 
+from treetune_verl.tiny_assets import tiny_qwen3_config
+
 VOCAB = 61
 PAD = 0
 
@@ -31,17 +33,16 @@ PAD = 0
 @pytest.fixture(scope="module")
 def model():
     torch.manual_seed(0)
+    # The tiny Qwen3 at half width, with small heads and a short context.
     config = Qwen3Config(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-        attn_implementation="sdpa",
+        **tiny_qwen3_config(
+            VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            head_dim=8,
+            max_position_embeddings=256,
+            attn_implementation="sdpa",
+        )
     )
     model = Qwen3ForCausalLM(config).eval()
     with torch.no_grad():  # sharper distributions than the default init, so greedy choices are well separated

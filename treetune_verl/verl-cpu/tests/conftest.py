@@ -53,13 +53,14 @@ def build_tokenizer():
     return tokenizer
 
 
-def build_model(tokenizer, seed: int = 0):
-    """A random two-layer Qwen3 (head_dim 32) with 8 padded output rows beyond the tokenizer's ids."""
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+def model_config(tokenizer) -> dict:
+    """The ``Qwen3Config`` arguments of :func:`build_model`.
 
-    torch.manual_seed(seed)
-    config = Qwen3Config(
+    A copy of the overlay's tiny Qwen3 (``treetune_verl/tiny_assets.py:tiny_qwen3_config``) with two heads and a
+    shorter context: verl-cpu stands alone and its tests run where the overlay cannot be imported, so the copy stays;
+    ``treetune_tests/treetune_verl/test_tiny_assets_on_cpu.py`` checks that the two agree.
+    """
+    return dict(
         vocab_size=len(tokenizer) + 8,
         hidden_size=64,
         intermediate_size=128,
@@ -73,7 +74,15 @@ def build_model(tokenizer, seed: int = 0):
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
     )
-    return Qwen3ForCausalLM(config)
+
+
+def build_model(tokenizer, seed: int = 0):
+    """A random two-layer Qwen3 (head_dim 32) with 8 padded output rows beyond the tokenizer's ids."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    return Qwen3ForCausalLM(Qwen3Config(**model_config(tokenizer)))
 
 
 def rl_rows(count: int, split: str, seed: int) -> list[dict]:
