@@ -85,8 +85,8 @@ def test_a_refreshed_teacher_is_refreshed_after_every_n_th_update():
         ({"teacher_refresh_steps": 0}, "cpo.teacher_refresh_steps must be an integer >= 1"),
         ({"teacher_ema_rate": 0}, "cpo.teacher_ema_rate must lie in (0, 1]"),
         ({"teacher_ema_rate": 1.5}, "cpo.teacher_ema_rate must lie in (0, 1]"),
-        ({"rlsd": {"lambda_decay_steps": -1}}, "cpo.rlsd.lambda_decay_steps must be an integer >= 0"),
-        ({"rlsd_lambda_decay_steps": 2.5}, "cpo.rlsd.lambda_decay_steps must be an integer >= 0"),
+        ({"rlsd": {"lambda_decay_steps": -1}}, "cpo.rlsd.lambda_decay_steps must be an integer"),
+        ({"rlsd_lambda_decay_steps": 2.5}, "cpo.rlsd.lambda_decay_steps must be an integer"),
     ],
 )
 def test_invalid_teacher_settings_raise_a_clear_error(fields, message):
