@@ -35,8 +35,7 @@ from typing import Any, NamedTuple
 
 from treetune_recipe.cpo.methods.advantage_terms import DEFAULT_SUCCESS_VALUE
 from treetune_recipe.cpo.methods.core_algos import DIFFICULTY_MODES, LOSS_POSITIONS
-from treetune_recipe.cpo.methods.loss import TOKEN_LOSS_AGGS
-from treetune_recipe.cpo.methods.method import Method
+from treetune_recipe.cpo.methods.method import TOKEN_LOSS_AGGS, Method
 from treetune_recipe.cpo.methods.registry import all_methods, get_method
 from treetune_recipe.cpo.reports.credit_dump import CreditDumpConfig
 from treetune_recipe.cpo.teacher.hint import HintConfig
@@ -121,12 +120,14 @@ class _SharedKnobs:
             "reference); false: the pass is skipped then."
         },
     )
-    token_loss_agg: str = field(
-        default="seq_mean",
+    token_loss_agg: str | None = field(
+        default=None,
         metadata={
-            "help": "How a distribution-level method's token loss is averaged: seq_mean (the official codes' "
+            "help": "How a distillation term is averaged; null: the method's published way. seq_mean (SDPO's and "
+            "OPSD's official "
             "per-sequence mean: each row's token mean, then the mean over every row, a row without a teacher context "
-            "counting as 0) or token_mean (one mean over the tokens of the rows that have a context)."
+            "counting as 0) or token_mean (SDPG's: the sum over the tokens of rows with a context divided by every "
+            "response token)."
         },
     )
     success_value: float = field(
@@ -158,7 +159,8 @@ class _SharedKnobs:
         _check_choice("wrap_method", self.wrap_method, all_methods())
         _check_choice("loss_position", self.loss_position, LOSS_POSITIONS)
         _check_choice("difficulty_mode", self.difficulty_mode, DIFFICULTY_MODES)
-        _check_choice("token_loss_agg", self.token_loss_agg, TOKEN_LOSS_AGGS)
+        if self.token_loss_agg is not None:
+            _check_choice("token_loss_agg", self.token_loss_agg, TOKEN_LOSS_AGGS)
         for name in ("cpo_lambda", "pos_alpha", "neg_alpha", "success_value", "teacher_ema_rate"):
             value = getattr(self, name)
             if value is not None and not math.isfinite(value):
@@ -190,15 +192,21 @@ class _SharedKnobs:
         return getattr(self, self.wrap_method) if self.method.knobs is not None else None
 
     @property
+    def distillation_agg(self) -> str:
+        """How the distillation term is averaged: ``token_loss_agg``, or the method's published way when null."""
+        return self.token_loss_agg or self.method.token_loss_agg
+
+    @property
     def topk(self) -> int | None:
         """k of the selected method's top-k teacher pass (0: every id), or None for a sampled-token method."""
-        return getattr(self.knobs, self.method.topk) if self.method.distribution_level else None
+        return self.method.topk(self.knobs)
 
-    def at_step(self, step: int) -> tuple[CPOConfig, dict[str, float]]:
-        """This config with the method's knobs of training step ``step`` (its schedule), and the schedule's metrics."""
+    def at_step(self, step: int, total_steps: int) -> tuple[CPOConfig, dict[str, float]]:
+        """This config with the method's knobs of training step ``step`` of ``total_steps`` (its schedule), and the
+        schedule's metrics."""
         if self.method.schedule is None:
             return self, {}
-        knobs, metrics = self.method.step_knobs(self.knobs, step)
+        knobs, metrics = self.method.step_knobs(self.knobs, step, total_steps)
         return dataclasses.replace(self, **{self.wrap_method: knobs}), metrics
 
     def to_block(self) -> dict[str, Any]:

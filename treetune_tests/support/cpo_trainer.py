@@ -94,6 +94,7 @@ def make_trainer(monkeypatch, *overrides, dp_size=1, dynamic=False, micro_batch_
     trainer = RayCPOTrainer(config=config, tokenizer=build_tokenizer("qwen3"))
     trainer.actor_rollout_wg = FakeActorGroup(dp_size, None if dynamic else micro_batch_size)
     trainer.global_steps = 1  # fit() sets it before the first update
+    trainer.total_training_steps = 100  # __init__ sets it from the data loader, which the test trainer has none of
     return trainer
 
 

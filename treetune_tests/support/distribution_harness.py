@@ -46,7 +46,7 @@ from verl import DataProto
 from verl.utils import tensordict_utils as tu
 
 from treetune_recipe.cpo.config import CPOConfig
-from treetune_recipe.cpo.methods.loss import CONTEXT_MASK, context_rows_only, cpo_ppo_loss
+from treetune_recipe.cpo.methods.loss import CONTEXT_MASK, cpo_ppo_loss
 from treetune_tests.support import engine_harness as harness
 from treetune_tests.support.fp32_reference import BATCH, rollout_batch
 from treetune_tests.support.shards import load_shards, local_shards
@@ -82,14 +82,16 @@ BF16_OVERRIDES = ("actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dty
 class Case:
     """One engine update: ``method`` with ``knob`` (β or α) 0.5, ``k`` ids per token, which rows have a context,
     ``old_shift``: how far below (+) or above (-) the fp32 log-prob each token's ``old_log_probs`` lies, cycled over
-    the tokens (0: on-policy, SDPO's weight 1; 2: ratio e² clipped at 2; -0.5: ratio 0.61, not clipped), and ``agg``:
-    ``cpo.token_loss_agg``."""
+    the tokens (0: on-policy, SDPO's weight 1; 2: ratio e² clipped at 2; -0.5: ratio 0.61, not clipped), ``agg``:
+    ``cpo.token_loss_agg``, and ``hybrid``: the distillation term's weight in SDPO's hybrid mode (GRPO's clipped loss
+    on the verifier's advantages over every row + weight × the distillation term), or None for the pure loss."""
 
     method: str
     k: int
     context: tuple[int, ...] = ALL_CONTEXT
     old_shift: tuple[float, ...] = (0.0,)
     agg: str = "seq_mean"
+    hybrid: float | None = None
 
 
 CASES = {
@@ -97,6 +99,7 @@ CASES = {
     "opsd-every-id": Case("opsd", EVERY_ID),
     "sdpo-k5-token-mean": Case("sdpo", 5, SOME_CONTEXT, agg="token_mean"),
     "sdpo-k100-clipped-weight": Case("sdpo", 100, SOME_CONTEXT, old_shift=(0.0, 2.0, -0.5)),
+    "sdpo-hybrid": Case("sdpo", 5, SOME_CONTEXT, old_shift=(0.0, 2.0, -0.5), hybrid=0.5),
 }
 #: Corruptions of the expected update; the engine must match none of them (each fails the same assertion):
 #: ``student one position early``: the student's distribution read at the position before (an off-by-one gather);
@@ -104,8 +107,8 @@ CASES = {
 #: ``plain-prompt teacher``: the teacher without its context (the loss is then 0).
 #: Where a row has no context (:func:`controls`): ``context mask ignored``: its tokens counted; with the per-sequence
 #: mean, ``token mean``: one mean over the context rows' tokens (long responses weigh more) instead; with the token
-#: mean, ``every response token as the denominator``: the sum divided by every response token, not by the context
-#: rows' tokens. Where SDPO's weight is not 1: ``importance weight unclipped``, ``no importance weight``.
+#: mean, ``context tokens as the denominator``: the sum divided by the context rows' tokens, not by every response
+#: token. Where SDPO's weight is not 1: ``importance weight unclipped``, ``no importance weight``.
 CONTROLS = ("student one position early", "ids one position late", "plain-prompt teacher")
 
 
@@ -114,10 +117,12 @@ def controls(case: Case) -> tuple[str, ...]:
     weight that is not 1)."""
     out = CONTROLS
     if 0 in case.context:
-        denominator = "token mean" if case.agg == "seq_mean" else "every response token as the denominator"
+        denominator = "token mean" if case.agg == "seq_mean" else "context tokens as the denominator"
         out += ("context mask ignored", denominator)
     if case.method == "sdpo" and any(case.old_shift):
         out += ("importance weight unclipped", "no importance weight")
+    if case.hybrid is not None and 0 in case.context:
+        out += ("policy term over the context rows only",)
     return out
 
 
@@ -134,9 +139,11 @@ def compose_config(model_path: Path, *overrides: str):
     )
 
 
-def cpo_config(method: str, k: int | None = None, agg: str = "seq_mean") -> CPOConfig:
+def cpo_config(method: str, k: int | None = None, agg: str = "seq_mean", hybrid: float | None = None) -> CPOConfig:
     knob = {"opsd": "beta", "sdpo": "alpha"}[method]
     block = {knob: 0.5} if k is None else {knob: 0.5, "top_k": k}
+    if hybrid is not None:
+        block |= {"policy_loss_mode": "hybrid", "distillation_weight": hybrid}
     return CPOConfig.from_config({"wrap_method": method, method: block, "token_loss_agg": agg})
 
 
@@ -295,7 +302,7 @@ def expected_update(engine: dict, case: Case, inputs: Inputs, control: str | Non
 
     ``seq_mean``: Σ_i c_i · (Σ_t w·ℓ over row i's response tokens) / (row i's token count), divided by the rows of
     the mini-batch (a row without a context counts as 0); ``token_mean``: Σ w·ℓ over the response tokens of rows with a
-    context, divided by their number.
+    context, divided by every response token of the mini-batch (a token without a context counts as 0).
     """
     model, plain = engine["fp32"], engine["plain"]
     model.zero_grad(set_to_none=True)
@@ -325,9 +332,15 @@ def expected_update(engine: dict, case: Case, inputs: Inputs, control: str | Non
         row_means = (per_token * weight * kept).sum(-1) / mask.sum(-1)
         loss = row_means.sum() / len(row_means)
     else:
-        denominator = mask.sum() if control == "every response token as the denominator" else kept.sum()
+        denominator = kept.sum() if control == "context tokens as the denominator" else mask.sum()
         loss = (per_token * weight * kept).sum() / denominator
-    loss.backward()
+    total = loss
+    if case.hybrid is not None:
+        sampled = student.gather(-1, plain.batch["responses"][..., None])[..., 0]
+        pg_mask = kept if control == "policy term over the context rows only" else mask
+        pg_loss = clipped_pg_loss(sampled, inputs.old, plain.batch["advantages"], pg_mask, engine["actor_config"])
+        total = pg_loss + case.hybrid * loss
+    total.backward()
     grads = [p.grad.norm() for p in model.parameters() if p.grad is not None]
     model.zero_grad(set_to_none=True)
     return Update(
@@ -343,6 +356,19 @@ def expected_update(engine: dict, case: Case, inputs: Inputs, control: str | Non
 # ----------------------------------------------------------------------------------------------------------------------
 
 
+def clipped_pg_loss(
+    log_probs: torch.Tensor, old: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, actor_config
+) -> torch.Tensor:
+    """GRPO's clipped surrogate written out (verl's ``vanilla`` policy loss with the actor's ε_low, ε_high and dual
+    clip c), the token mean over ``mask``: r = exp(log π - log π_old), ℓ = max(-A·r, -A·clip(r, 1-ε_low, 1+ε_high)),
+    then min(ℓ, -A·c) where A < 0."""
+    low, high, c = actor_config.clip_ratio_low, actor_config.clip_ratio_high, actor_config.clip_ratio_c
+    ratio = torch.exp(log_probs - old)
+    clipped = torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1 - low, 1 + high))
+    per_token = torch.where(advantages < 0, torch.minimum(clipped, -advantages * c), clipped)
+    return (per_token * mask).sum() / mask.sum()
+
+
 def case_batch(engine: dict, case: Case, inputs: Inputs, teacher: DataProto | None = None) -> DataProto:
     """The plain batch (random advantages) with the case's keys: the teacher's token columns (the hint batch's rows,
     or ``teacher``'s), the context mask and ``old_log_probs``."""
@@ -350,8 +376,6 @@ def case_batch(engine: dict, case: Case, inputs: Inputs, teacher: DataProto | No
     tensors = plain.batch.clone()
     tensors.update(teacher_columns(engine["hint"] if teacher is None else teacher))
     tensors[CONTEXT_MASK], tensors["old_log_probs"] = inputs.context, inputs.old
-    if case.agg == "token_mean":  # the update's mask, as the trainer sends it (RayCPOTrainer._distribution_update)
-        tensors["response_mask"] = context_rows_only(tensors["response_mask"], inputs.context)
     return DataProto(batch=tensors, non_tensor_batch=plain.non_tensor_batch, meta_info=dict(plain.meta_info))
 
 
@@ -362,7 +386,7 @@ def engine_update(engine: dict, case: Case, inputs: Inputs) -> dict:
     actor, batch = engine["actor"], case_batch(engine, case, inputs)
     data = harness.update_request(batch, distillation_use_topk=True)
     teacher = UpdateTeacher(actor.engine, name="policy teacher")
-    cpo = cpo_config(case.method, case.k, case.agg)
+    cpo = cpo_config(case.method, case.k, case.agg, case.hybrid)
     actor.set_loss_fn(partial(cpo_ppo_loss, config=engine["actor_config"], cpo=cpo, teacher=teacher))
     module = actor.engine.module
     before = local_shards(module)
@@ -417,10 +441,29 @@ def check_engine_update(engine: dict, name: str, tolerance: Tolerance) -> dict[s
     got, expected = reported(metrics), expected_update(engine, case, inputs)
     assert_update_matches(got, expected, tolerance, name)
     assert got.grad_norm > 0 and got.distill_loss > 0, got
-    # The PG term is 0 (advantages zeroed); control: the same batch with its advantages gives a PG loss.
-    torch.testing.assert_close(float(metrics["actor/pg_loss"][0]), 0.0, rtol=0, atol=0)
-    with pytest.raises(AssertionError):
-        torch.testing.assert_close(pg_loss_with_advantages_kept(engine, inputs), 0.0, rtol=0, atol=0)
+    if case.hybrid is None:
+        # The PG term is 0 (advantages zeroed); control: the same batch with its advantages gives a PG loss.
+        torch.testing.assert_close(float(metrics["actor/pg_loss"][0]), 0.0, rtol=0, atol=0)
+        with pytest.raises(AssertionError):
+            torch.testing.assert_close(pg_loss_with_advantages_kept(engine, inputs), 0.0, rtol=0, atol=0)
+    else:
+        # The PG term is GRPO's over every row, written out by hand; control: over the context rows only.
+        plain = engine["plain"]
+        with torch.no_grad():
+            student = fp32_distributions(engine["fp32"], plain, engine["vocab"])
+        sampled = student.gather(-1, plain.batch["responses"][..., None])[..., 0]
+        mask, advantages = plain.batch["response_mask"].float(), plain.batch["advantages"]
+        got_pg = torch.tensor(float(metrics["actor/pg_loss"][0]))
+        expected_pg = clipped_pg_loss(sampled, inputs.old, advantages, mask, engine["actor_config"])
+        torch.testing.assert_close(got_pg, expected_pg, rtol=tolerance.rtol, atol=tolerance.atol)
+        with pytest.raises(AssertionError):
+            context_rows = mask * inputs.context[:, None]
+            torch.testing.assert_close(
+                got_pg,
+                clipped_pg_loss(sampled, inputs.old, advantages, context_rows, engine["actor_config"]),
+                rtol=tolerance.rtol,
+                atol=0,
+            )
     error = ((got.as_tensor() - expected.as_tensor()).abs() / expected.as_tensor().abs()).max().item()
     measured = {"max relative error": error}
     for control in controls(case):

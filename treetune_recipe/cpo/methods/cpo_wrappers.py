@@ -73,7 +73,9 @@ def register_cpo_wrapper(name: str, hint_rows: HintRowRule = every_row):
 
     def decorator(fn: CPOWrapper) -> CPOWrapper:
         summary = (fn.__doc__ or name).strip().split("\n")[0]
-        register_method(Method(name=name, family="cpo", summary=summary, advantage=fn, hint_rows=hint_rows))
+        register_method(
+            Method(name=name, family="cpo", summary=summary, policy="shaped", advantage=fn, hint_rows=hint_rows)
+        )
         return fn
 
     return decorator

@@ -11,32 +11,33 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The recipe's actor loss for verl's engine workers: every method's loss, then upstream ``ppo_loss``.
+"""The recipe's actor loss for verl's engine workers: the selected method's terms, composed as it declares them.
 
 Installed by the trainer with
 ``actor_rollout_wg.set_loss_fn(functools.partial(cpo_ppo_loss, config=<ActorConfig>, cpo=<CPOConfig>))``; the
-partial is pickled by reference, so this module imports verl's worker modules only inside the function. What it
-computes is the selected method's (``cpo.wrap_method``, :mod:`treetune_recipe.cpo.methods.method`):
+partial is pickled by reference, so this module imports verl's worker modules only inside the function. A method
+(``cpo.wrap_method``, :class:`treetune_recipe.cpo.methods.method.Method`) declares up to three terms, each with its
+own mask, and their weights at the step's knobs (``Method.weights``); :func:`cpo_ppo_loss` adds them:
 
-- an advantage method (verl 0.9.1 and 0.7.1): its wrapper shapes the advantages, ``cpo.loss_position`` restricts the
-  tokens, upstream ``ppo_loss`` does the rest;
-- a distribution-level method (verl 0.9.1): the update runs with ``distillation_use_topk`` (the trainer's
+- the **policy term**: upstream ``ppo_loss`` (clipped PG, plus verl's KL and entropy terms) on a copy of the
+  micro-batch whose advantages are the verifier's, the method's shaped ones (its wrapper; ``cpo.loss_position``
+  restricts the tokens), or 0, times the term's weight; its mask is every response token (verl 0.9.1 and 0.7.1);
+- the **distillation term** (verl 0.9.1): the update runs with ``distillation_use_topk`` (the trainer's
   ``student_logits_in_update``), so the engine first calls this loss with the student's logits of each micro-batch
   (:func:`method_token_loss`); the worker bound the teacher's forward to the loss (``teacher=``,
-  ``RefreshableReferenceWorker.set_loss_fn_with_teacher``), which scores the micro-batch's teacher rows (the context's
-  prompt and the same response) on the same worker. The method's per-token loss is taken from the two
-  distributions there, at the top-k ids it names (:func:`distribution_token_loss`); nothing of shape
-  ``[B, T, k]`` leaves the worker. The loss call then weighs it (``Method.token_weight`` and verl's rollout
-  correction), aggregates it (``cpo.token_loss_agg``: a per-sequence mean over every row, rows without a teacher
-  context counting as 0, or a token mean over the context rows' tokens) and adds upstream ``ppo_loss``, with the
-  advantages set to 0 when the method replaces the policy-gradient loss (its KL and entropy terms stay verl's).
+  ``TeacherWorker.set_loss_fn_with_teacher``), which scores the micro-batch's teacher rows (the context's prompt and
+  the same response) on the same worker, and the per-token divergence is taken there, at the top-k ids the method
+  names (:func:`distribution_token_loss`); nothing of shape ``[B, T, k]`` leaves the worker. The loss call weighs it
+  (the method's token weight and verl's rollout correction) and averages it over the tokens of the rows with a
+  teacher context (:func:`distillation_term`);
+- the **reference term**: a penalty on the sampled tokens' log-ratio to verl's reference log-probs
+  (:func:`reference_term`).
 """
 
 import torch
 
 from treetune_recipe.cpo.methods.advantage_terms import succeeded
 from treetune_recipe.cpo.methods.core_algos import apply_loss_position
-from treetune_recipe.cpo.methods.registry import get_cpo_wrapper
 
 # Batch keys the CPO loss reads; the trainer adds the first three (names fixed) before the actor update.
 CPO_BATCH_KEYS = ("gw_log_probs", "seq_rewards", "difficulty", "old_log_probs", "advantages", "response_mask")
@@ -50,8 +51,6 @@ TOKEN_LOSS = "cpo_token_loss"
 #: n most likely ids and their log-probs per response token (model outputs :func:`teacher_top_keys`), and the loss
 #: call a zero loss.
 DUMP_TEACHER_TOP = "cpo_dump_teacher_top"
-#: How a distribution-level token loss is averaged (``cpo.token_loss_agg``).
-TOKEN_LOSS_AGGS = ("seq_mean", "token_mean")
 
 
 def teacher_top_keys(i: int) -> tuple[str, str]:
@@ -60,38 +59,52 @@ def teacher_top_keys(i: int) -> tuple[str, str]:
 
 
 def cpo_ppo_loss(config, model_output=None, data=None, dp_group=None, *, cpo, teacher=None, student_logits=None):
-    """The selected method's loss (see the module docstring); the engine's logits call (``student_logits=``) goes to
-    :func:`method_token_loss`, a distribution-level method's loss call to :func:`distribution_loss`, and an advantage
-    method's to the CPO-shaped ``ppo_loss`` below.
-
-    Upstream ``ppo_loss`` on a copy of the micro-batch whose advantages and response mask are CPO-shaped.
-
-    Steps: pad the current-policy entropy back to ``[B, T]`` (detached); apply the ``cpo.wrap_method`` wrapper to
-    the advantages; restrict the response mask with ``cpo.loss_position`` (it then applies to the policy loss,
-    the entropy term and the KL loss, as in the reference); call upstream ``ppo_loss`` on a shallow copy of
-    ``data`` holding the two new tensors, so the caller's micro-batch is never modified (safe for
-    ``ppo_epochs > 1``).
+    """The selected method's loss: policy term + distillation term + reference term (see the module docstring). The
+    engine's logits call (``student_logits=``) goes to :func:`method_token_loss`.
 
     Args:
         config: the actor's ``ActorConfig`` (as for upstream ``ppo_loss``).
-        model_output: engine output; needs ``log_probs`` and ``entropy`` (nested, no padding).
-        data: the micro-batch ``TensorDict`` in the engine's no-padding format with the CPO keys
-            ``gw_log_probs [B, T]``, ``seq_rewards [B]``, ``difficulty [B]``.
+        model_output: engine output; ``log_probs`` (and ``entropy`` for a shaped policy term), nested, no padding; a
+            distillation term's per-token loss (:data:`TOKEN_LOSS`).
+        data: the micro-batch ``TensorDict`` in the engine's no-padding format: verl's keys plus the recipe's
+            (:data:`CPO_BATCH_KEYS` for a shaped policy term, :data:`DISTRIBUTION_BATCH_KEYS` for a distillation term,
+            ``ref_log_prob`` for a reference term).
         dp_group: data-parallel group, passed through.
-        cpo: a ``CPOConfig`` (any object with ``wrap_method, loss_position, cpo_lambda, pos_alpha, neg_alpha,
-            success_value``).
+        cpo: a ``CPOConfig`` (the step's knobs).
 
     Returns:
-        (loss, metrics): upstream's, plus ``cpo/*`` metrics (micro-batch means, aggregated like verl's
-        ``pg_clipfrac``) over the valid tokens of the original mask: ``adv_delta_mean``, ``adv_delta_absmean``,
-        ``adv_delta_absmean/{correct,wrong}`` (0 for a micro-batch without such responses), ``changed_token_frac``,
-        ``loss_token_frac`` (share kept by ``loss_position``). Statistics of the hint log-ratio itself do not
-        depend on the update and are logged exactly by the trainer instead.
+        ``(loss, metrics)``: upstream's, plus ``cpo/*`` of a shaped policy term (:func:`_cpo_metrics`),
+        ``actor/distill_loss``, ``cpo/token_loss``, ``cpo/token_weight`` of a distillation term and
+        ``actor/reference_loss`` of a reference term. The caller's micro-batch is never modified (safe for
+        ``ppo_epochs > 1``).
     """
+    from verl.utils import tensordict_utils as tu
+
     if student_logits is not None:
         return method_token_loss(student_logits, data, cpo, teacher)
-    if cpo.method.distribution_level:
-        return distribution_loss(config, model_output, data, dp_group, cpo)
+    if tu.get_non_tensor_data(data=data, key=DUMP_TEACHER_TOP, default=0):
+        return torch.zeros((), device=data["response_mask"].device), {}  # the credit dump's forward-only pass
+    method = cpo.method
+    weights = method.weights(cpo.knobs)
+    loss, metrics = policy_term(config, model_output, data, dp_group, cpo, weights.policy)
+    aggregation = metrics["actor/pg_loss"].aggregation  # how verl sums this micro-batch's losses into the step's
+    if method.distillation is not None and weights.distillation:
+        distill_loss, distill_metrics = distillation_term(config, model_output, data, cpo, aggregation)
+        loss = loss + weights.distillation * distill_loss
+        metrics.update(distill_metrics)
+    if method.reference is not None:
+        reference_loss, reference_metrics = reference_term(config, model_output, data, cpo, aggregation)
+        loss = loss + reference_loss
+        metrics.update(reference_metrics)
+    return loss, metrics
+
+
+def policy_term(config, model_output, data, dp_group, cpo, weight: float):
+    """Upstream ``ppo_loss`` on a shallow copy of ``data`` whose advantages are the policy term's, times ``weight``
+    (the clipped surrogate is linear in the advantages, so this is the term times ``weight``; verl's KL and entropy
+    terms keep their own coefficients): the verifier's, or the method's wrapper applied to them (``shaped``, with the
+    response mask restricted by ``cpo.loss_position``: the policy, entropy and KL terms then read only those tokens, as
+    in the reference), or 0 (``none``)."""
     # SYNC WARNING: verl/workers/utils/losses.py:ppo_loss
     # SYNC WARNING: verl/workers/utils/padding.py:no_padding_2_padding
     # SYNC WARNING: verl/utils/metric/utils.py:Metric
@@ -99,41 +112,44 @@ def cpo_ppo_loss(config, model_output=None, data=None, dp_group=None, *, cpo, te
     from verl.workers.utils.losses import ppo_loss
     from verl.workers.utils.padding import no_padding_2_padding
 
-    if model_output.get("entropy") is None:
-        raise ValueError(
-            "cpo_ppo_loss needs the current-policy entropy, but model_output has no 'entropy'. The update request "
-            "must carry calculate_entropy=True: verl 0.9.1's trainer sends actor.calculate_entropy (the recipe sets "
-            "it), verl 0.7.1's only when actor.entropy_coeff != 0 (the CPO trainer then requests it itself)."
-        )
-    missing = [key for key in CPO_BATCH_KEYS if key not in data.keys()]
-    if missing:
-        raise KeyError(
-            f"cpo_ppo_loss: the batch lacks {missing}. The CPO trainer adds gw_log_probs (hint-guided log-probs of "
-            "the response), seq_rewards and difficulty before the actor update; is the CPO trainer in use?"
-        )
-
+    method = cpo.method
     advantages, response_mask = data["advantages"], data["response_mask"]
-    with torch.no_grad():
-        entropy = no_padding_2_padding(model_output["entropy"], data).detach().to(advantages.dtype)
-        wrapper = get_cpo_wrapper(cpo.wrap_method)
-        new_advantages = wrapper(
-            advantages,
-            gw_log_probs=data["gw_log_probs"],
-            old_log_probs=data["old_log_probs"],
-            entropy=entropy,
-            response_mask=response_mask,
-            seq_rewards=data["seq_rewards"],
-            difficulty=data["difficulty"],
-            cfg=cpo,
-        )
-        loss_mask = apply_loss_position(response_mask, entropy, cpo.loss_position)
-        cpo_metrics = _cpo_metrics(data, advantages, new_advantages, loss_mask, cpo.success_value)
-
-    data = data.copy()
-    data["advantages"] = new_advantages
-    data["response_mask"] = loss_mask
-    loss, metrics = ppo_loss(config, model_output, data, dp_group)
-    metrics.update({key: Metric(AggregationType.MEAN, value) for key, value in cpo_metrics.items()})
+    shaped_metrics = {}
+    if method.policy == "shaped":
+        if model_output.get("entropy") is None:
+            raise ValueError(
+                "cpo_ppo_loss needs the current-policy entropy, but model_output has no 'entropy'. The update request "
+                "must carry calculate_entropy=True: verl 0.9.1's trainer sends actor.calculate_entropy (the recipe "
+                "sets it), verl 0.7.1's only when actor.entropy_coeff != 0 (the CPO trainer then requests it itself)."
+            )
+        missing = [key for key in CPO_BATCH_KEYS if key not in data.keys()]
+        if missing:
+            raise KeyError(
+                f"cpo_ppo_loss: the batch lacks {missing}. The CPO trainer adds gw_log_probs (hint-guided log-probs of "
+                "the response), seq_rewards and difficulty before the actor update; is the CPO trainer in use?"
+            )
+        with torch.no_grad():
+            entropy = no_padding_2_padding(model_output["entropy"], data).detach().to(advantages.dtype)
+            new_advantages = method.advantage(
+                advantages,
+                gw_log_probs=data["gw_log_probs"],
+                old_log_probs=data["old_log_probs"],
+                entropy=entropy,
+                response_mask=response_mask,
+                seq_rewards=data["seq_rewards"],
+                difficulty=data["difficulty"],
+                cfg=cpo,
+            )
+            response_mask = apply_loss_position(response_mask, entropy, cpo.loss_position)
+            shaped_metrics = _cpo_metrics(data, advantages, new_advantages, response_mask, cpo.success_value)
+        advantages = new_advantages
+    elif method.policy == "none":
+        advantages = torch.zeros_like(advantages)
+    shaped = data.copy()
+    shaped["advantages"] = advantages * weight if weight != 1 else advantages
+    shaped["response_mask"] = response_mask
+    loss, metrics = ppo_loss(config, model_output, shaped, dp_group)
+    metrics.update({key: Metric(AggregationType.MEAN, value) for key, value in shaped_metrics.items()})
     return loss, metrics
 
 
@@ -176,13 +192,15 @@ def method_token_loss(student_logits: torch.Tensor, data, cpo, teacher) -> dict[
             f"cpo_ppo_loss: cpo.wrap_method={cpo.wrap_method}: the batch lacks {missing} (the CPO trainer "
             "adds them with the teacher's columns)."
         )
-    teacher_rows = teacher(data)
+    shown = int(tu.get_non_tensor_data(data=data, key=DUMP_TEACHER_TOP, default=0) or 0)
     packed, index, valid = response_index(student_logits, data)
+    if not shown and not cpo.method.weights(cpo.knobs).distillation:  # the term is off at these knobs: no teacher
+        return {TOKEN_LOSS: scatter_response_values(packed.new_zeros(index.shape[0], dtype=torch.float32), data)}
+    teacher_rows = teacher(data)
     if not torch.equal(valid.cpu(), teacher_rows.valid.cpu()):
         raise ValueError("the teacher's rows and the student's hold different response tokens")
     per_token = distribution_token_loss(cpo.method, cpo.knobs, cpo.topk, packed, index, teacher_rows.logits)
     outputs = {TOKEN_LOSS: scatter_response_values(per_token, data)}
-    shown = int(tu.get_non_tensor_data(data=data, key=DUMP_TEACHER_TOP, default=0) or 0)
     if shown:
         with torch.no_grad():
             chunks = [
@@ -218,10 +236,11 @@ def _chunks(rows: torch.Tensor, chunk: int) -> list[torch.Tensor]:
 def distribution_token_loss(
     method, knobs, k: int, student_logits: torch.Tensor, index: torch.Tensor, teacher_logits: torch.Tensor, chunk=None
 ) -> torch.Tensor:
-    """``method.token_loss`` per response token, from the student's packed logits ``[nnz, V]`` at the rows ``index``
-    ``[M]`` and the teacher's logits ``[M, V]``: both turned into float32 log-distributions, then, with ``0 < k < V``,
-    gathered at the teacher's top-k ids (``teacher_topk``, OPSD) or at the student's (``student_topk``, SDPO; the ids
-    carry no gradient); else the loss sees the whole vocabulary. ``-> [M]``, differentiable in ``student_logits``.
+    """The method's distillation loss (``method.distillation.token_loss``) per response token, from the student's packed
+    logits ``[nnz, V]`` at the rows ``index`` ``[M]`` and the teacher's logits ``[M, V]``: both turned into float32
+    log-distributions, then, with ``0 < k < V``, gathered at the teacher's top-k ids (``teacher_topk``, OPSD) or at the
+    student's (``student_topk``, SDPO; the ids carry no gradient); else the loss sees the whole vocabulary. ``-> [M]``,
+    differentiable in ``student_logits``.
 
     Computed in pieces of ``chunk`` tokens (default: :data:`CHUNK_VALUES` values per copy), each recomputed in the
     backward pass (activation checkpointing): only one piece's float32 copies are alive at a time, not the
@@ -231,10 +250,10 @@ def distribution_token_loss(
     def piece(student_logits: torch.Tensor, index: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
         student, teacher = _log_softmax(student_logits.index_select(0, index)), _log_softmax(teacher_logits)
         if k and k < student.shape[-1]:
-            source = teacher if method.teacher_pass == "teacher_topk" else student.detach()
+            source = teacher if method.distillation.ids == "teacher_topk" else student.detach()
             ids = source.topk(k, dim=-1).indices
             student, teacher = student.gather(-1, ids), teacher.gather(-1, ids)
-        return method.token_loss(student, teacher, knobs)
+        return method.distillation.token_loss(student, teacher, knobs)
 
     chunk = chunk or _piece_tokens(student_logits.shape[-1])
     if index.shape[0] <= chunk:
@@ -245,25 +264,19 @@ def distribution_token_loss(
     return torch.cat([checkpoint(piece, student_logits, i, t, use_reentrant=False) for i, t in pieces])
 
 
-def context_rows_only(response_mask: torch.Tensor, context_mask: torch.Tensor) -> torch.Tensor:
-    """The response mask of a distribution-level method's update: the tokens of rows with a teacher context.
+def distillation_term(config, model_output: dict, data, cpo, aggregation):
+    """``agg(c · g · w · ℓ)``: ``ℓ`` the logits call's per-token loss, ``w`` the method's detached token weight (1
+    without one) times verl's rollout-correction weight when there is one, ``g`` the method's gate (1 without one),
+    ``c`` = 1 on the tokens of a row with a teacher context, 0 elsewhere. ``cpo.token_loss_agg`` (null: the method's
+    published one):
 
-    The trainer sends it as the update's ``response_mask``, so verl's engine counts the loss's tokens (its
-    ``batch_num_tokens``, per mini-batch and over the DP ranks) over exactly these, and ``token-mean`` is the mean over
-    the tokens that have a teacher, as SDPO's official loss normalises."""
-    return response_mask * context_mask.to(response_mask.dtype)[:, None]
+    - ``seq_mean``: Σ_rows [mean over row i's tokens of c·g·w·ℓ] / rows, over the mini-batch's rows on every DP rank
+      (verl's ``seq-mean-token-mean``): the official SDPO and OPSD codes' per-sequence mean (a micro-batch of one
+      row), where a row without a context counts as 0;
+    - ``token_mean``: Σ c·g·w·ℓ / the mini-batch's response tokens on every DP rank (verl's ``token-mean``, SDPG's
+      form, where a token without a context counts as 0).
 
-
-def distribution_loss(config, model_output: dict, data, dp_group, cpo):
-    """The distribution term ``agg(w·ℓ)`` plus upstream ``ppo_loss`` (advantages 0 when the method replaces the
-    policy-gradient loss). ``ℓ`` is the logits call's per-token loss, ``w`` the method's detached token weight (1
-    without one) times verl's rollout-correction weight when there is one. ``cpo.token_loss_agg``:
-
-    - ``seq_mean``: Σ_rows [c_i · mean over row i's tokens of w·ℓ] / rows, over the mini-batch's rows on every DP rank
-      (verl's ``seq-mean-token-mean``), c_i = 1 for a row with a teacher context, 0 without: the official codes'
-      per-sequence mean (a micro-batch of one row), where a row without a context counts as 0;
-    - ``token_mean``: Σ w·ℓ over the tokens of rows with a context / their number; the update's response mask is then
-      :func:`context_rows_only` (the trainer sends it), so verl's token count is theirs.
+    The term's mask never touches the policy term's, which keeps every row.
     """
     # SYNC WARNING: verl/workers/utils/losses.py:ppo_loss (sets config.global_batch_info, read by agg_loss) and
     # verl/trainer/ppo/core_algos.py:agg_loss (token-mean: masked sum / batch_num_tokens * dp_size; seq-mean-token-mean:
@@ -271,48 +284,62 @@ def distribution_loss(config, model_output: dict, data, dp_group, cpo):
     # forward_backward_batch (batch_num_tokens = the mini-batch's loss_mask sum over DP ranks, loss_mask =
     # response_mask)
     from verl.trainer.ppo.core_algos import agg_loss
-    from verl.utils import tensordict_utils as tu
     from verl.utils.metric import AggregationType, Metric
-    from verl.workers.utils.losses import ppo_loss
     from verl.workers.utils.padding import no_padding_2_padding
 
-    if tu.get_non_tensor_data(data=data, key=DUMP_TEACHER_TOP, default=0):
-        return torch.zeros((), device=data["response_mask"].device), {}  # the credit dump's forward-only pass
     if TOKEN_LOSS not in model_output:
         raise KeyError(
             f"cpo_ppo_loss: cpo.wrap_method={cpo.wrap_method} needs the student's logits in the update, but the engine "
             f"returned no {TOKEN_LOSS!r}: the update must run with distillation_use_topk (the CPO trainer's "
             "student_logits_in_update) on verl 0.9.1's FSDP engine without fused kernels."
         )
-    context = data[CONTEXT_MASK].to(data["response_mask"].dtype)[:, None]
+    distillation = cpo.method.distillation
+    response_mask = data["response_mask"]
+    context = data[CONTEXT_MASK].to(response_mask.dtype)[:, None] * torch.ones_like(response_mask)
+    if distillation.gate is not None:
+        context = context * distillation.gate(data["advantages"], cpo.knobs).to(response_mask.dtype)
     per_token = no_padding_2_padding(model_output[TOKEN_LOSS], data)
-    if cpo.method.token_weight is not None:
+    if distillation.token_weight is not None:
         log_probs = no_padding_2_padding(model_output["log_probs"], data).detach()
-        weight = cpo.method.token_weight(log_probs, data["old_log_probs"], cpo.knobs)
+        weight = distillation.token_weight(log_probs, data["old_log_probs"], cpo.knobs)
     else:
         weight = torch.ones_like(per_token)
     if "rollout_is_weights" in data.keys():  # verl's rollout correction, when on: the token loss is weighted too
         weight = weight * data["rollout_is_weights"]
-    shaped = data.copy()
-    if cpo.method.replaces_policy_loss:
-        shaped["advantages"] = torch.zeros_like(data["advantages"])
-    if cpo.token_loss_agg == "token_mean":
-        # The context mask is applied again, so that a batch sent without the trainer's mask never trains such a row.
-        shaped["response_mask"] = context_rows_only(data["response_mask"], data[CONTEXT_MASK])
-        if not tu.get_non_tensor_data(data=shaped, key="batch_num_tokens", default=1):
-            # A mini-batch without a single context token: every term is 0 (not 0/0).
-            tu.assign_non_tensor(shaped, batch_num_tokens=1)
-    loss, metrics = ppo_loss(config, model_output, shaped, dp_group)
-    if cpo.token_loss_agg == "token_mean":
-        loss_mat, loss_mask, mode = per_token * weight, shaped["response_mask"], "token-mean"
-    else:
-        loss_mat, loss_mask, mode = per_token * weight * context, data["response_mask"], "seq-mean-token-mean"
-    token_loss = agg_loss(loss_mat=loss_mat, loss_mask=loss_mask, loss_agg_mode=mode, **config.global_batch_info)
-    aggregation = metrics["actor/pg_loss"].aggregation
-    metrics["actor/distill_loss"] = Metric(value=token_loss, aggregation=aggregation)
-    kept = (data["response_mask"] * context).bool()
-    if kept.any():  # a micro-batch without a context row has no token loss to average (not a loss of 0)
+    mode = {"seq_mean": "seq-mean-token-mean", "token_mean": "token-mean"}[cpo.distillation_agg]
+    token_loss = agg_loss(
+        loss_mat=per_token * weight * context, loss_mask=response_mask, loss_agg_mode=mode, **config.global_batch_info
+    )
+    metrics = {"actor/distill_loss": Metric(value=token_loss, aggregation=aggregation)}
+    kept = (response_mask * context).bool()
+    if kept.any():  # a micro-batch without a context token has no token loss to average (not a loss of 0)
         with torch.no_grad():
             for key, values in (("cpo/token_loss", per_token), ("cpo/token_weight", weight)):
                 metrics[key] = Metric(AggregationType.MEAN, values.float()[kept].mean().item())
-    return loss + token_loss, metrics
+    return token_loss, metrics
+
+
+def reference_term(config, model_output: dict, data, cpo, aggregation):
+    """``weight · agg(penalty(log π(y_t) - log π_ref(y_t)))`` over every response token with the actor's
+    ``loss_agg_mode`` (as verl's KL loss): ``log π`` the update's log-probs (with gradient), ``log π_ref`` verl's
+    reference pass (``ref_log_prob``; the trainer keeps that pass for a method with a reference term)."""
+    from verl.trainer.ppo.core_algos import agg_loss
+    from verl.utils.metric import Metric
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    if "ref_log_prob" not in data.keys():
+        raise KeyError(
+            f"cpo_ppo_loss: cpo.wrap_method={cpo.wrap_method} has a reference term but the batch has no ref_log_prob "
+            "(verl's reference pass; the CPO trainer runs it for such a method)."
+        )
+    reference = cpo.method.reference
+    log_probs = no_padding_2_padding(model_output["log_probs"], data)
+    penalty = reference.penalty(log_probs - data["ref_log_prob"], cpo.knobs)
+    loss = agg_loss(
+        loss_mat=penalty,
+        loss_mask=data["response_mask"],
+        loss_agg_mode=config.loss_agg_mode,
+        **config.global_batch_info,
+    )
+    loss = float(getattr(cpo.knobs, reference.weight)) * loss
+    return loss, {"actor/reference_loss": Metric(value=loss, aggregation=aggregation)}

@@ -11,21 +11,27 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The method registry: every method the recipe runs (``cpo.wrap_method``) is one :class:`Method`, declared once.
+"""What a method declares: :class:`Method`, one per ``cpo.wrap_method``, and the terms its loss is composed of.
 
-A method says what it computes and what it needs; the config, the preflight, the trainer, the loss and the experiment
-read these declarations and never name a method:
+A method's loss is the sum of up to three terms, each declared here and each with its own token mask; the config, the
+preflight, the trainer, the loss and the experiment read these declarations and never name a method:
 
-- ``advantage``: a wrapper that reshapes GRPO's per-token advantages from the hinted pass (the 18 CPO wrappers, RLSD,
-  OPSD's sampled-token form), with ``hint_rows``, the rows whose shaped advantages read the hinted log-probs; or
-- ``token_loss``: a distribution-level loss per response token (OPSD's JSD, SDPO) computed inside the actor update
-  from the student's and the teacher's distributions, both computed there, at the top-k ids ``teacher_pass`` names.
+- the **policy term** (``policy``): verl's clipped PPO loss on the verifier's advantages (``verifier``), on advantages
+  a wrapper reshaped from the teacher's log-prob of each sampled token (``shaped``: the 18 CPO wrappers, RLSD, OPSD's
+  sampled-token form; ``advantage`` and ``hint_rows``), or no policy-gradient term (``none``). Its mask is every
+  response token (restricted by ``cpo.loss_position`` for a shaped advantage). verl's KL and entropy terms ride with it;
+- the **distillation term** (``distillation``, a :class:`Distillation`): a per-token divergence between the student's
+  and the teacher's distributions, both computed inside the actor update, times a weight knob. Its mask is the
+  response tokens of the rows that have a teacher context (times an optional gate, e.g. SDPG's positive advantages);
+- the **reference term** (``reference``, a :class:`ReferenceTerm`): a penalty on the sampled tokens' log-ratio to the
+  reference model (SDPG's α regulariser), times a weight knob, over every response token.
 
-Each method module registers itself on import (:func:`register_method`): the 18 CPO wrappers in
-:mod:`treetune_recipe.cpo.methods.cpo_wrappers`, which then imports the peers
-(:mod:`treetune_recipe.cpo.methods.registry`). This module imports none of them;
+``term_weights`` turns a method's knobs into the weights of its policy and distillation terms, so that one knob can
+switch between the pure and the hybrid forms (SDPO's ``policy_loss_mode``).
+
+Each method module registers its methods on import (:func:`register_method`);
 :mod:`treetune_recipe.cpo.methods.registry` loads them all and is where the rest of the recipe looks a method up
-(``get_method``, ``all_methods``).
+(``get_method``, ``all_methods``). This module imports none of them.
 """
 
 from __future__ import annotations
@@ -33,20 +39,64 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from treetune_verl.config_block import override_key
 
-#: What a method reads of its teacher at every response token: ``token``: the sampled token's log-prob
-#: (``gw_log_probs``, a pass before the update); ``teacher_topk``: the teacher's distribution at its own top-k ids;
-#: ``student_topk``: at the student's top-k ids (the student in the update). Both top-k kinds run the teacher inside the
-#: update, beside the student (``treetune_verl.update_teacher``).
-TEACHER_PASSES = ("token", "teacher_topk", "student_topk")
+#: The policy-gradient term: the verifier's advantages, advantages reshaped by the method's wrapper, or none.
+POLICY_TERMS = ("verifier", "shaped", "none")
+#: Whose top-k ids a distillation term gathers both distributions at (k = 0: the whole vocabulary).
+DISTILLATION_IDS = ("teacher_topk", "student_topk")
 #: Whose text is the privileged context of the teacher's prompt: the dataset's gold worked solution, or a response of
 #: the same prompt group that the verifier accepted (a successful sibling).
-CONTEXTS = ("gold_solution", "successful_sibling")
-#: Method families, one documentation page each (``agent-docs/methods/<family>.md``).
-FAMILIES = ("cpo", "rlsd", "opsd", "sdpo")
+CONTEXTS = ("gold_solution", "answer_only", "successful_sibling")
+#: How a distillation term is averaged over tokens (``cpo.token_loss_agg``; :func:`.loss.distillation_term`).
+TOKEN_LOSS_AGGS = ("seq_mean", "token_mean")
+
+
+@dataclass(frozen=True)
+class Distillation:
+    """The distillation term ``weight · agg(gate · w · ℓ)`` over the response tokens of the rows with a teacher context.
+
+    Attributes:
+        token_loss: ``fn(student [M, n], teacher [M, n], knobs) -> [M]``, the per-token divergence of full-vocabulary
+            log-probs gathered at ``n`` ids (``n`` = k, or the vocabulary).
+        ids: whose top-k ids both sides are gathered at (:data:`DISTILLATION_IDS`; the student's carry no gradient).
+        topk: the knob holding k (0: every id), or None for a term that always reads the whole vocabulary.
+        token_weight: ``fn(log_probs [B, T], old_log_probs [B, T], knobs) -> [B, T]``, a detached per-token weight
+            (SDPO's clipped importance ratio), or None.
+        weight: the knob holding the term's weight (SDPG's β), or None for 1.
+        gate: ``fn(advantages [B, T], knobs) -> [B, T]`` (0/1), the tokens the term keeps (SDPG's positive-advantage
+            gating), or None for all.
+    """
+
+    token_loss: Callable[..., Any]
+    ids: str = "teacher_topk"
+    topk: str | None = None
+    token_weight: Callable[..., Any] | None = None
+    weight: str | None = None
+    gate: Callable[..., Any] | None = None
+
+
+@dataclass(frozen=True)
+class ReferenceTerm:
+    """The reference term ``weight · agg(penalty(log π(y_t) - log π_ref(y_t)))`` over every response token.
+
+    Attributes:
+        penalty: ``fn(log_ratio [B, T], knobs) -> [B, T]``, differentiable in the log-ratio (the current policy's
+            log-prob minus verl's reference log-prob of the sampled token).
+        weight: the knob holding the term's weight (SDPG's α).
+    """
+
+    penalty: Callable[..., Any]
+    weight: str
+
+
+class TermWeights(NamedTuple):
+    """The weights of a method's policy and distillation terms at given knobs (0: the term is off)."""
+
+    policy: float
+    distillation: float
 
 
 @dataclass(frozen=True)
@@ -55,73 +105,79 @@ class Method:
 
     Attributes:
         name: the selector value.
-        family: its documentation page (:data:`FAMILIES`).
+        family: its documentation page, ``agent-docs/methods/<family>.md``.
         summary: its formula or loss in one line (the start-up log prints it).
-        advantage: advantage wrapper ``fn(advantages, *, gw_log_probs, old_log_probs, entropy, response_mask,
-            seq_rewards, difficulty, cfg) -> [B, T]``; None for a distribution-level method.
-        hint_rows: ``rule(rows, cfg) -> bool [B]``, the rows whose output reads the teacher pass (advantage
-            methods; a distribution-level method reads every row that has a context).
-        token_loss: ``fn(student_log_probs [B, T, k], teacher_log_probs [B, T, k], knobs) -> [B, T]`` per-token loss
-            on full-vocabulary log-probs gathered at the top-k ids; None for an advantage method.
-        token_weight: ``fn(log_probs [B, T], old_log_probs [B, T], knobs) -> [B, T]``, a detached per-token weight of
-            the token loss (SDPO's clipped importance ratio), or None.
-        replaces_policy_loss: the token loss is the whole loss (the policy-gradient term is dropped); False adds it
-            to verl's PPO loss.
-        teacher_pass: what the teacher pass returns (:data:`TEACHER_PASSES`).
-        topk: k of the top-k ids: the name of the knob that holds it (0 or the vocabulary size: all ids).
+        policy: the policy-gradient term (:data:`POLICY_TERMS`).
+        advantage: with ``policy="shaped"``, the wrapper ``fn(advantages, *, gw_log_probs, old_log_probs, entropy,
+            response_mask, seq_rewards, difficulty, cfg) -> [B, T]``; ``gw_log_probs`` is the teacher's log-prob of
+            each sampled token, scored before the update.
+        hint_rows: ``rule(rows, cfg) -> bool [B]``, the rows whose shaped advantages read ``gw_log_probs``.
+        distillation: the distillation term, computed inside the update (verl 0.9.1's logits hook), or None.
+        reference: the reference term, or None.
+        term_weights: ``fn(knobs) -> TermWeights`` when a knob switches the terms on and off (SDPO's
+            ``policy_loss_mode``); None: the policy term at 1 unless ``none``, the distillation term at its weight knob.
         context: the teacher's privileged context (:data:`CONTEXTS`).
         published_teacher: the teacher the authors' code runs with (``cpo.teacher: null`` selects it).
+        token_loss_agg: how the authors' code averages the distillation term (:data:`TOKEN_LOSS_AGGS`;
+            ``cpo.token_loss_agg: null`` selects it).
         knobs: the dataclass of the method's own block ``cpo.<name>.*`` (typed, with help text), or None.
         run_settings: Hydra overrides outside ``cpo.*`` the authors' scripts use (sampling, updates per rollout, KL),
             applied when the method is selected unless the user sets the same key.
-        schedule: ``fn(knobs, step) -> (knobs, metrics)``: the knobs of training step ``step`` (1-based) and metrics
-            to log, or None for knobs constant over the run.
+        schedule: ``fn(knobs, step, total_steps) -> (knobs, metrics)``: the knobs of training step ``step`` (1-based)
+            of ``total_steps`` and metrics to log, or None for knobs constant over the run.
         aliases: former top-level ``cpo.<key>`` names of this method's knobs -> the knob that replaced them.
-        needs_entropy: the advantage wrapper reads the current-policy entropy.
     """
 
     name: str
     family: str
     summary: str
+    policy: str = "verifier"
     advantage: Callable[..., Any] | None = None
     hint_rows: Callable[..., Any] | None = None
-    token_loss: Callable[..., Any] | None = None
-    token_weight: Callable[..., Any] | None = None
-    replaces_policy_loss: bool = False
-    teacher_pass: str = "token"
-    topk: str | None = None
+    distillation: Distillation | None = None
+    reference: ReferenceTerm | None = None
+    term_weights: Callable[[Any], TermWeights] | None = None
     context: str = "gold_solution"
     published_teacher: str = "policy"
+    token_loss_agg: str = "seq_mean"
     knobs: type | None = None
     run_settings: tuple[str, ...] = ()
-    schedule: Callable[[Any, int], tuple[Any, dict[str, float]]] | None = None
+    schedule: Callable[[Any, int, int], tuple[Any, dict[str, float]]] | None = None
     aliases: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
-        if (self.advantage is None) == (self.token_loss is None):
-            raise ValueError(f"method {self.name!r}: give exactly one of advantage= and token_loss=.")
-        if self.teacher_pass not in TEACHER_PASSES:
-            raise ValueError(f"method {self.name!r}: teacher_pass must be one of {TEACHER_PASSES}.")
-        if (self.teacher_pass == "token") != (self.token_loss is None):
-            raise ValueError(f"method {self.name!r}: a token loss needs a top-k teacher pass and only it does.")
-        if self.token_loss is not None and (self.knobs is None or self.topk not in _field_names(self.knobs)):
-            raise ValueError(f"method {self.name!r}: topk= must name a knob of its block holding k.")
-        if self.context not in CONTEXTS:
-            raise ValueError(f"method {self.name!r}: context must be one of {CONTEXTS}.")
-        if self.context == "successful_sibling" and "exclude_self" not in _field_names(self.knobs or _NoKnobs):
-            raise ValueError(f"method {self.name!r}: a sibling context needs the knob exclude_self.")
-        if self.family not in FAMILIES:
-            raise ValueError(f"method {self.name!r}: family must be one of {FAMILIES}.")
+        if self.policy not in POLICY_TERMS:
+            raise ValueError(f"method {self.name!r}: policy must be one of {POLICY_TERMS}.")
+        if (self.policy == "shaped") != (self.advantage is not None):
+            raise ValueError(f"method {self.name!r}: a shaped policy term needs advantage= and only it does.")
+        if self.policy == "none" and self.distillation is None:
+            raise ValueError(f"method {self.name!r}: without a policy term it needs a distillation term.")
         if self.knobs is not None and not dataclasses.is_dataclass(self.knobs):
             raise ValueError(f"method {self.name!r}: knobs must be a dataclass (the block cpo.{self.name}.*).")
+        knob_names = _field_names(self.knobs or _NoKnobs)
+        distillation = self.distillation
+        if distillation is not None:
+            if distillation.ids not in DISTILLATION_IDS:
+                raise ValueError(f"method {self.name!r}: distillation ids must be one of {DISTILLATION_IDS}.")
+            for knob in (distillation.topk, distillation.weight):
+                if knob is not None and knob not in knob_names:
+                    raise ValueError(f"method {self.name!r}: the distillation term names no knob {knob!r}.")
+        if self.reference is not None and self.reference.weight not in knob_names:
+            raise ValueError(f"method {self.name!r}: the reference term names no knob {self.reference.weight!r}.")
+        if self.token_loss_agg not in TOKEN_LOSS_AGGS:
+            raise ValueError(f"method {self.name!r}: token_loss_agg must be one of {TOKEN_LOSS_AGGS}.")
+        if self.context not in CONTEXTS:
+            raise ValueError(f"method {self.name!r}: context must be one of {CONTEXTS}.")
+        if self.context == "successful_sibling" and "exclude_self" not in knob_names:
+            raise ValueError(f"method {self.name!r}: a sibling context needs the knob exclude_self.")
         for old, new in self.aliases.items():
-            if self.knobs is None or new not in _field_names(self.knobs):
+            if new not in knob_names:
                 raise ValueError(f"method {self.name!r}: alias {old!r} names no knob {new!r}.")
 
     @property
     def module(self) -> str:
-        """The module that declares the method (where its advantage wrapper or token loss is written)."""
-        return (self.advantage or self.token_loss).__module__
+        """The module that declares the method (where its wrapper or its distillation loss is written)."""
+        return (self.advantage or self.distillation.token_loss).__module__
 
     @property
     def run_setting_keys(self) -> set[str]:
@@ -130,24 +186,42 @@ class Method:
 
     @property
     def distribution_level(self) -> bool:
-        """Its loss reads top-k distributions, which only verl 0.9.1's update hook hands to the loss."""
-        return self.token_loss is not None
+        """It has a distillation term, which reads the student's logits in the update: verl 0.9.1's hook only."""
+        return self.distillation is not None
 
-    def step_knobs(self, knobs: Any, step: int) -> tuple[Any, dict[str, float]]:
-        """The knobs of training step ``step`` and the schedule's metrics (the knobs as given without a schedule)."""
+    def weights(self, knobs: Any) -> TermWeights:
+        """The weights of the policy and distillation terms at ``knobs`` (:attr:`term_weights`, or the declaration)."""
+        if self.term_weights is not None:
+            return self.term_weights(knobs)
+        distillation = 0.0
+        if self.distillation is not None:
+            distillation = 1.0 if self.distillation.weight is None else float(getattr(knobs, self.distillation.weight))
+        return TermWeights(0.0 if self.policy == "none" else 1.0, distillation)
+
+    def topk(self, knobs: Any) -> int | None:
+        """k of the distillation term at ``knobs`` (0: every id), or None without a distillation term."""
+        if self.distillation is None:
+            return None
+        return 0 if self.distillation.topk is None else int(getattr(knobs, self.distillation.topk))
+
+    def step_knobs(self, knobs: Any, step: int, total_steps: int) -> tuple[Any, dict[str, float]]:
+        """The knobs of training step ``step`` of ``total_steps`` and the schedule's metrics (as given without one)."""
         if self.schedule is None:
             return knobs, {}
-        return self.schedule(knobs, step)
+        return self.schedule(knobs, step, total_steps)
 
     def describe(self) -> str:
         """One line for the start-up log."""
-        needs = {
-            "token": "the sampled token's log-prob",
-            "teacher_topk": "the teacher's top-k",
-            "student_topk": "the teacher at the student's top-k",
-        }[self.teacher_pass]
-        context = {"gold_solution": "the gold solution", "successful_sibling": "a successful sibling"}[self.context]
-        return f"{self.name} ({self.family}): {self.summary}; teacher pass: {needs} under {context}"
+        terms = [{"verifier": "PG on the verifier's advantages", "shaped": "PG on shaped advantages"}.get(self.policy)]
+        if self.distillation is not None:
+            ids = {"teacher_topk": "the teacher's top-k", "student_topk": "the student's top-k"}[self.distillation.ids]
+            support = "the whole vocabulary" if self.distillation.topk is None else ids
+            terms.append(f"distillation over {support} (in the update)")
+        if self.reference is not None:
+            terms.append("a reference term")
+        context = self.context.replace("_", " ")
+        listed = " + ".join(term for term in terms if term)
+        return f"{self.name} ({self.family}): {self.summary}; terms: {listed}; teacher context: {context}"
 
 
 @dataclass(frozen=True)

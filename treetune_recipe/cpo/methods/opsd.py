@@ -24,7 +24,7 @@ import torch
 
 from treetune_recipe.cpo.methods.advantage_terms import CPOTerms, as_wrapper
 from treetune_recipe.cpo.methods.distribution_losses import opsd_token_loss
-from treetune_recipe.cpo.methods.method import Method, register_method
+from treetune_recipe.cpo.methods.method import Distillation, Method, register_method
 from treetune_verl.config_block import check_field_types
 
 #: ``scripts/run_opsd.sh``: the teacher is the starting model (``--fixed_teacher``), sampling at τ = 1.1 with top-p 0.95
@@ -96,10 +96,8 @@ register_method(
         name="opsd",
         family="opsd",
         summary="JSD_β(student ‖ teacher) per token over the teacher's top-k, renormalised; replaces the PG loss",
-        token_loss=opsd_jsd,
-        replaces_policy_loss=True,
-        teacher_pass="teacher_topk",
-        topk="top_k",
+        policy="none",
+        distillation=Distillation(opsd_jsd, ids="teacher_topk", topk="top_k"),
         published_teacher="initial",
         knobs=OPSDKnobs,
         run_settings=OPSD_RUN_SETTINGS,
@@ -110,6 +108,7 @@ register_method(
         name="opsd_token",
         family="opsd",
         summary="Â = g - o on every response token (OPSD's sampled-token option)",
+        policy="shaped",
         advantage=opsd_token,
         published_teacher="initial",
         run_settings=OPSD_RUN_SETTINGS,

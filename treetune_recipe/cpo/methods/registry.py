@@ -31,7 +31,7 @@ from treetune_recipe.cpo.methods.method import ADVANTAGE_WRAPPERS, METHODS, Meth
 
 #: The method modules, each registering its methods on import, in the registry's order: CPO's 18 wrappers, then the
 #: published peers. A new method is one module here.
-METHOD_MODULES = ("cpo_wrappers", "rlsd", "opsd", "sdpo")
+METHOD_MODULES = ("cpo_wrappers", "rlsd", "opsd", "sdpo", "sdpg")
 for _module in METHOD_MODULES:
     importlib.import_module(f"treetune_recipe.cpo.methods.{_module}")
 # The registry's order is the modules' order, whichever module a caller imported first.

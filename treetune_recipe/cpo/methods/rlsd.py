@@ -60,7 +60,7 @@ class RLSDKnobs:
             raise ValueError(f"cpo.rlsd.lambda_decay_steps must be an integer >= 0, got {self.lambda_decay_steps!r}.")
 
 
-def lambda_schedule(knobs: RLSDKnobs, step: int) -> tuple[RLSDKnobs, dict[str, float]]:
+def lambda_schedule(knobs: RLSDKnobs, step: int, total_steps: int) -> tuple[RLSDKnobs, dict[str, float]]:
     """λ_t = λ·max(0, 1 - t/D) at training step t (1-based), D = ``lambda_decay_steps``; D = 0: λ_t = λ. No warm-up,
     as the official trainer. One update per step (the published run settings), so t counts updates as there."""
     if knobs.lambda_decay_steps == 0:
@@ -98,6 +98,7 @@ register_method(
         name="rlsd",
         family="rlsd",
         summary="Â = A·((1-λ_t) + λ_t·clip(exp(sign(A)·(g-o)), 1-ε, 1+ε)), λ_t decaying to 0",
+        policy="shaped",
         advantage=rlsd,
         hint_rows=rows_with_advantage,
         # The official trainer's teacher: the reference model, overwritten by the actor every 20 updates.

@@ -25,8 +25,11 @@ from dataclasses import dataclass, field
 import torch
 
 from treetune_recipe.cpo.methods.distribution_losses import clipped_importance_weight, sdpo_token_loss
-from treetune_recipe.cpo.methods.method import Method, register_method
+from treetune_recipe.cpo.methods.method import Distillation, Method, TermWeights, register_method
 from treetune_verl.config_block import check_field_types
+
+#: TRL's ``sdpo_policy_loss_mode`` values (``trl/experimental/sdpo``, the version that has the knob).
+POLICY_LOSS_MODES = ("distillation_only", "policy_only", "hybrid")
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,17 @@ class SDPOKnobs:
         default=True,
         metadata={"help": "A correct sample is never its own teacher's context (dont_reprompt_on_self_success)."},
     )
+    policy_loss_mode: str = field(
+        default="distillation_only",
+        metadata={
+            "help": "TRL's sdpo_policy_loss_mode: distillation_only (the published SDPO loss), policy_only (GRPO's "
+            "clipped loss alone) or hybrid (GRPO's clipped loss + distillation_weight x the distillation loss)."
+        },
+    )
+    distillation_weight: float = field(
+        default=1.0,
+        metadata={"help": "TRL's distillation_weight (>= 0): the distillation term's weight (TRL's default 1.0)."},
+    )
 
     def __post_init__(self):
         check_field_types(self, "cpo.sdpo")
@@ -58,6 +72,13 @@ class SDPOKnobs:
             raise ValueError(f"cpo.sdpo.top_k must be an integer >= 0 (0: every id), got {self.top_k!r}.")
         if not self.is_clip > 0:
             raise ValueError(f"cpo.sdpo.is_clip must be a number > 0, got {self.is_clip!r}.")
+        if self.policy_loss_mode not in POLICY_LOSS_MODES:
+            raise ValueError(
+                f"cpo.sdpo.policy_loss_mode must be one of {', '.join(POLICY_LOSS_MODES)}, "
+                f"got {self.policy_loss_mode!r}."
+            )
+        if not self.distillation_weight >= 0:
+            raise ValueError(f"cpo.sdpo.distillation_weight must be >= 0, got {self.distillation_weight!r}.")
 
 
 def sdpo_divergence(student: torch.Tensor, teacher: torch.Tensor, knobs: SDPOKnobs) -> torch.Tensor:
@@ -75,17 +96,25 @@ def sdpo_weight(log_probs: torch.Tensor, old_log_probs: torch.Tensor, knobs: SDP
     return clipped_importance_weight(log_probs, old_log_probs, max_ratio=knobs.is_clip)
 
 
+def sdpo_terms(knobs: SDPOKnobs) -> TermWeights:
+    """TRL's ``sdpo_policy_loss_mode``: ``distillation_only``: L = w·L_distill (the published SDPO loss, w = 1);
+    ``policy_only``: L = L_PG (GRPO's clipped loss, no teacher forward); ``hybrid``: L = L_PG + w·L_distill, w =
+    ``distillation_weight``. (TRL's later releases replaced the mode by a convex weight, (1-w)·L_PG + w·L_distill:
+    ``hybrid`` with weight w/(1-w) and the learning rate times (1-w) is the same update.)"""
+    policy = 0.0 if knobs.policy_loss_mode == "distillation_only" else 1.0
+    distillation = 0.0 if knobs.policy_loss_mode == "policy_only" else float(knobs.distillation_weight)
+    return TermWeights(policy, distillation)
+
+
 register_method(
     Method(
         name="sdpo",
         family="sdpo",
         summary="min(π/π_old, 2)·JSD_α over the student's top-k + tail, teacher shown a successful sibling; "
         "replaces the PG loss",
-        token_loss=sdpo_divergence,
-        token_weight=sdpo_weight,
-        replaces_policy_loss=True,
-        teacher_pass="student_topk",
-        topk="top_k",
+        policy="verifier",
+        distillation=Distillation(sdpo_divergence, ids="student_topk", topk="top_k", token_weight=sdpo_weight),
+        term_weights=sdpo_terms,
         context="successful_sibling",
         published_teacher="ema",
         knobs=SDPOKnobs,

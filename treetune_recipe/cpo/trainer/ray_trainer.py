@@ -61,7 +61,7 @@ from treetune_recipe.cpo.config import CPOConfig
 from treetune_recipe.cpo.methods.advantage_terms import succeeded
 from treetune_recipe.cpo.methods.core_algos import compute_difficulty_mask  # importing registers the "cpo" estimator
 from treetune_recipe.cpo.methods.cpo_wrappers import log_ratio, mutual_information
-from treetune_recipe.cpo.methods.loss import CONTEXT_MASK, context_rows_only, cpo_ppo_loss
+from treetune_recipe.cpo.methods.loss import CONTEXT_MASK, cpo_ppo_loss
 from treetune_recipe.cpo.methods.registry import rows_reading_hint
 from treetune_recipe.cpo.reports.credit_dump import maybe_dump_credit
 from treetune_recipe.cpo.teacher.contexts import build_teacher_batch, resolved_hint_config
@@ -78,13 +78,13 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
     """GRPO trainer with the recipe's methods (see the module docstring); its checkpoints are marked complete, and
     every step's rollout-vs-trainer log-prob mismatch is checked before any update (``treetune.rollout_health``)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, cpo_config: CPOConfig | None = None, **kwargs):
+        """``cpo_config``: the ``CPOConfig`` the driver built and checked before Ray started
+        (``preflight.check_cpo_run``), handed on by the TaskRunner; None builds it from the config's ``cpo`` block
+        (tests, other entry points). A GRPO run of the recipe reads its ``success_value`` too."""
         super().__init__(*args, **kwargs)
         self.cpo_enabled = cpo_is_enabled(self.config)
-        # The driver built and checked the cpo block before Ray started (preflight.check_cpo_run) and wrote it back
-        # into the config, method defaults included; this restores that object in the TaskRunner actor. A GRPO run of
-        # the recipe reads its success_value too.
-        self.cpo_config = CPOConfig.from_config(self.config.get("cpo"))
+        self.cpo_config = cpo_config if cpo_config is not None else CPOConfig.from_config(self.config.get("cpo"))
         self.method = self.cpo_config.method
         if self.cpo_enabled:
             data = self.config.data
@@ -137,12 +137,14 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
 
     def _reference_log_probs_read(self) -> bool:
         """Whether anything reads verl's reference log-probs (``ref_log_prob``) in a CPO run: a KL loss of nonzero
-        weight, a KL penalty in the reward, or ``cpo.drift_metrics``. A reference teacher is scored by passes of its
+        weight, a KL penalty in the reward, the method's reference term (SDPG's α), or ``cpo.drift_metrics``. A
+        reference teacher is scored by passes of its
         own (or inside the update), never from them."""
         actor = self.config.actor_rollout_ref.actor
         kl_loss = bool(actor.get("use_kl_loss", False)) and float(actor.get("kl_loss_coef", 0.0)) != 0.0
         kl_reward = bool(self.config.algorithm.get("use_kl_in_reward", False))
-        return kl_loss or kl_reward or self.cpo_config.drift_metrics
+        reference_term = self.cpo_config.method.reference is not None
+        return kl_loss or kl_reward or reference_term or self.cpo_config.drift_metrics
 
     def _update_actor(self, batch: DataProto) -> DataProto:
         seq_rewards = batch.batch["token_level_rewards"].sum(dim=-1).float()
@@ -160,20 +162,23 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
             success_value=self.cpo_config.success_value,
         )
         # The knobs of this step (the method's schedule, e.g. RLSD's decaying λ): the loss and the credit dump use them.
-        step_config, schedule_metrics = self.cpo_config.at_step(self.global_steps)
+        step_config, schedule_metrics = self.cpo_config.at_step(self.global_steps, self.total_training_steps)
         self._install_cpo_loss(step_config)
         # A credit-dump step scores every row under the hint, so the dump shows the real δ of each response it keeps
         # (the shaped advantages are the same either way: methods.registry.rows_reading_hint).
         dump_step = self.global_steps in self.cpo_config.credit_dump.steps
-        if self.method.distribution_level:
-            hint_metrics, hint_batch = self._distribution_teacher_pass(batch, seq_rewards, timing)
-            # No sampled-token pass: gw_log_probs = old_log_probs, and no row's δ statistics are logged.
-            gw_log_probs = batch.batch["old_log_probs"].clone()
-            scored_rows = torch.zeros(len(batch), dtype=torch.bool)
-        else:
+        hint_metrics, hint_batch = {}, None
+        if self.method.policy == "shaped":
             gw_log_probs, scored_rows, hint_metrics, hint_batch = self._hint_log_probs(
                 batch, seq_rewards, difficulty, timing, score_all=dump_step
             )
+        else:
+            # No sampled-token pass: gw_log_probs = old_log_probs, and no row's δ statistics are logged.
+            gw_log_probs = batch.batch["old_log_probs"].clone()
+            scored_rows = torch.zeros(len(batch), dtype=torch.bool)
+        if self.method.distribution_level:
+            distribution_metrics, hint_batch = self._distribution_teacher_pass(batch, seq_rewards, timing)
+            hint_metrics = {**distribution_metrics, **hint_metrics}
         batch.batch["gw_log_probs"] = gw_log_probs
         batch.batch["seq_rewards"] = seq_rewards
         batch.batch["difficulty"] = difficulty
@@ -201,24 +206,15 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
 
     @contextlib.contextmanager
     def _distribution_update(self, batch: DataProto):
-        """A distribution-level method's update: the student's logits go to the loss (verl 0.9.1's hook). With
-        ``cpo.token_loss_agg=token_mean`` the update's response mask holds only the rows with a teacher context
-        (``methods.loss.context_rows_only``), so that verl normalises the loss over their tokens; the batch's own mask
-        is
-        put back afterwards (``fit`` computes the step's response-length metrics from it)."""
+        """A distribution-level method's update: the student's logits go to the loss (verl 0.9.1's hook). The batch's
+        response mask is the policy term's (every row); the distillation term masks itself by ``cpo_context_mask``."""
         if not self.method.distribution_level:
             yield
             return
         from treetune_verl.logits_hook import student_logits_in_update
 
-        response_mask = batch.batch["response_mask"]
-        if self.cpo_config.token_loss_agg == "token_mean":
-            batch.batch["response_mask"] = context_rows_only(response_mask, batch.batch[CONTEXT_MASK])
-        try:
-            with student_logits_in_update(self.actor_rollout_wg):
-                yield
-        finally:
-            batch.batch["response_mask"] = response_mask
+        with student_logits_in_update(self.actor_rollout_wg):
+            yield
 
     def _distribution_teacher_pass(
         self, batch: DataProto, seq_rewards: torch.Tensor, timing: dict[str, float]
@@ -248,9 +244,8 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         batch.batch.update(teacher_columns(teacher_batch))
         batch.batch[CONTEXT_MASK] = has_context.float()
         response_mask = batch.batch["response_mask"]
-        metrics["cpo/context_token_frac"] = (
-            context_rows_only(response_mask, batch.batch[CONTEXT_MASK]).sum() / response_mask.sum().clamp(min=1)
-        ).item()
+        context_tokens = (response_mask * batch.batch[CONTEXT_MASK][:, None]).sum()
+        metrics["cpo/context_token_frac"] = (context_tokens / response_mask.sum().clamp(min=1)).item()
         metrics["cpo/topk_k"] = float(self.cpo_config.topk)
         plain_tokens = batch.batch["attention_mask"].sum()
         metrics["cpo/hint_token_ratio"] = (teacher_batch.batch["attention_mask"].sum() / plain_tokens).item()

@@ -59,15 +59,15 @@ def test_rlsd_lambda_falls_linearly_to_zero_at_the_decay_step():
     config = CPOConfig.from_config({"wrap_method": "rlsd", "rlsd": {"mix_lambda": 0.5, "lambda_decay_steps": 60}})
     expected = {1: 0.5 * 59 / 60, 30: 0.25, 45: 0.125, 60: 0.0, 61: 0.0, 200: 0.0}
     for step, value in expected.items():
-        step_config, metrics = config.at_step(step)
+        step_config, metrics = config.at_step(step, 100)
         assert step_config.rlsd.mix_lambda == pytest.approx(value, abs=1e-12), step
         assert metrics == {"cpo/rlsd_lambda": pytest.approx(value, abs=1e-12)}
         assert config.rlsd.mix_lambda == 0.5  # the run's knobs are left as configured
     constant = CPOConfig.from_config({"wrap_method": "rlsd", "rlsd": {"mix_lambda": 0.3, "lambda_decay_steps": 0}})
-    assert [constant.at_step(step)[0].rlsd.mix_lambda for step in (1, 60, 500)] == [0.3, 0.3, 0.3]
+    assert [constant.at_step(step, 500)[0].rlsd.mix_lambda for step in (1, 60, 500)] == [0.3, 0.3, 0.3]
     # A method without a schedule keeps its config object as is.
     plain = CPOConfig()
-    assert plain.at_step(7) == (plain, {})
+    assert plain.at_step(7, 100) == (plain, {})
 
 
 def test_a_refreshed_teacher_is_refreshed_after_every_n_th_update():

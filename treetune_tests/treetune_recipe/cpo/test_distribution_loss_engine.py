@@ -31,7 +31,7 @@ from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 
 pytestmark = pytest.mark.gpu
 #: The harness's cases (``distribution_harness.CASES``), named here so collection needs no engine import.
-CASES = ("opsd-every-id", "opsd-k5", "sdpo-k100-clipped-weight", "sdpo-k5-token-mean")
+CASES = ("opsd-every-id", "opsd-k5", "sdpo-hybrid", "sdpo-k100-clipped-weight", "sdpo-k5-token-mean")
 
 
 @pytest.fixture(scope="module")

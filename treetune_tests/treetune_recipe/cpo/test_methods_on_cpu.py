@@ -33,7 +33,7 @@ from treetune_recipe.cpo.config import (
     config_defaults,
     translate_alias_overrides,
 )
-from treetune_recipe.cpo.methods.method import METHODS, Method
+from treetune_recipe.cpo.methods.method import METHODS, Distillation, Method, ReferenceTerm
 from treetune_recipe.cpo.methods.registry import all_methods, get_method
 from treetune_recipe.cpo.methods.sdpo import SDPOKnobs
 from treetune_recipe.cpo.trainer.preflight import check_cpo_config
@@ -62,22 +62,50 @@ def test_the_registry_holds_the_18_wrappers_then_the_peers():
 
 def test_sdpo_is_declared_whole_in_one_place():
     sdpo = get_method("sdpo")
-    assert sdpo.token_loss.__module__ == sdpo.token_weight.__module__ == "treetune_recipe.cpo.methods.sdpo"
-    assert (sdpo.teacher_pass, sdpo.context, sdpo.published_teacher) == ("student_topk", "successful_sibling", "ema")
-    assert sdpo.replaces_policy_loss and sdpo.knobs is SDPOKnobs and sdpo.topk == "top_k"
+    distillation = sdpo.distillation
+    assert (
+        distillation.token_loss.__module__ == distillation.token_weight.__module__ == "treetune_recipe.cpo.methods.sdpo"
+    )
+    assert (distillation.ids, sdpo.context, sdpo.published_teacher) == ("student_topk", "successful_sibling", "ema")
+    assert sdpo.knobs is SDPOKnobs and distillation.topk == "top_k" and sdpo.topk(SDPOKnobs()) == 100
     assert SDPOKnobs() == SDPOKnobs(alpha=0.5, top_k=100, is_clip=2.0, exclude_self=True)
+    # TRL's modes: the published loss is the distillation term alone; hybrid adds the verifier's PG term.
+    assert sdpo.weights(SDPOKnobs()) == (0.0, 1.0)
+    assert sdpo.weights(SDPOKnobs(policy_loss_mode="hybrid", distillation_weight=0.5)) == (1.0, 0.5)
+    assert sdpo.weights(SDPOKnobs(policy_loss_mode="policy_only")) == (1.0, 0.0)
     assert "actor_rollout_ref.actor.ppo_mini_batch_size=${data.train_batch_size}" in sdpo.run_settings
 
 
 def test_a_declaration_that_cannot_run_is_refused():
-    with pytest.raises(ValueError, match="exactly one of advantage= and token_loss="):
-        Method(name="x", family="cpo", summary="", advantage=None)
-    with pytest.raises(ValueError, match="a token loss needs a top-k teacher pass"):
-        Method(name="x", family="opsd", summary="", token_loss=print, knobs=SDPOKnobs, topk="top_k")
+    with pytest.raises(ValueError, match="a shaped policy term needs advantage= and only it does"):
+        Method(name="x", family="cpo", summary="", policy="shaped", advantage=None)
+    with pytest.raises(ValueError, match="a shaped policy term needs advantage= and only it does"):
+        Method(name="x", family="cpo", summary="", policy="verifier", advantage=print)
+    with pytest.raises(ValueError, match="without a policy term it needs a distillation term"):
+        Method(name="x", family="opsd", summary="", policy="none")
+    with pytest.raises(ValueError, match="the distillation term names no knob 'k'"):
+        Method(name="x", family="opsd", summary="", distillation=Distillation(print, topk="k"), knobs=SDPOKnobs)
+    with pytest.raises(ValueError, match="distillation ids must be one of"):
+        Method(name="x", family="opsd", summary="", distillation=Distillation(print, ids="sampled"))
+    with pytest.raises(ValueError, match="the reference term names no knob 'alpha'"):
+        Method(name="x", family="sdpg", summary="", reference=ReferenceTerm(print, weight="alpha"))
     with pytest.raises(ValueError, match="a sibling context needs the knob exclude_self"):
-        Method(name="x", family="cpo", summary="", advantage=print, context="successful_sibling")
+        Method(name="x", family="cpo", summary="", policy="shaped", advantage=print, context="successful_sibling")
     with pytest.raises(ValueError, match="alias 'old' names no knob 'new'"):
-        Method(name="x", family="sdpo", summary="", advantage=print, knobs=SDPOKnobs, aliases={"old": "new"})
+        Method(
+            name="x",
+            family="sdpo",
+            summary="",
+            policy="shaped",
+            advantage=print,
+            knobs=SDPOKnobs,
+            aliases={"old": "new"},
+        )
+    # A shaped advantage and a distillation term together are one declaration now (a hybrid).
+    hybrid = Method(
+        name="x", family="cpo", summary="", policy="shaped", advantage=print, distillation=Distillation(print)
+    )
+    assert hybrid.weights(None) == (1.0, 1.0) and hybrid.topk(None) == 0
 
 
 def test_each_default_is_written_once_and_the_composed_block_is_the_dataclass():
