@@ -53,7 +53,8 @@ def exit_on_sigterm() -> None:
 
 
 class RearmSigterm:
-    """Wraps the Ray actor class given to verl's ``run_ppo`` to call :func:`exit_on_sigterm` once Ray is up.
+    """Wraps the Ray actor class given to verl's ``run_ppo`` to call :func:`exit_on_sigterm` once Ray is up, and to
+    hand the actor the constructor arguments ``args`` (``run_ppo`` itself passes none).
 
     ``run_ppo`` calls ``ray.init`` and then, in the same main thread, ``task_runner_class.remote()`` (or
     ``.options(...).remote()``): the first moment after Ray installed its own SIGTERM handler.
@@ -61,16 +62,16 @@ class RearmSigterm:
 
     # SYNC WARNING: verl/trainer/main_ppo.py:run_ppo (0.9.1 l.57-92, 0.7.1 l.59-98, ray.init then
     # task_runner_class[.options].remote())
-    def __init__(self, actor_class):
-        self._actor_class = actor_class
+    def __init__(self, actor_class, *args):
+        self._actor_class, self._args = actor_class, args
 
-    def remote(self, *args, **kwargs):
+    def remote(self):
         exit_on_sigterm()
-        return self._actor_class.remote(*args, **kwargs)
+        return self._actor_class.remote(*self._args)
 
-    def options(self, *args, **kwargs):
+    def options(self, **options):
         exit_on_sigterm()
-        return self._actor_class.options(*args, **kwargs)
+        return RearmSigterm(self._actor_class.options(**options), *self._args)
 
 
 #: Seconds the processes a Ray instance started get to exit after ``ray.shutdown()`` before they are killed (a

@@ -125,8 +125,9 @@ def apply_engine_worker_fixes() -> None:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def use_trainer_class(trainer_cls: type) -> None:
-    """Make upstream ``TaskRunner.run`` build ``trainer_cls`` instead of ``RayPPOTrainer``, in this process only.
+def use_trainer_class(trainer_cls: type, **init_kwargs) -> None:
+    """Make upstream ``TaskRunner.run`` build ``trainer_cls`` instead of ``RayPPOTrainer``, in this process only, with
+    ``init_kwargs`` added to the arguments ``run`` passes (the recipe's checked config).
 
     Why a patch: ``TaskRunner.run`` hard-codes the trainer class. It reads the module global ``RayPPOTrainer`` of its
     module (:func:`treetune_verl.verl_compat.trainer_module`) when it runs, so a ``TaskRunner`` subclass calls this at
@@ -147,7 +148,7 @@ def use_trainer_class(trainer_cls: type) -> None:
 
     if not (isinstance(trainer_cls, type) and issubclass(trainer_cls, RayPPOTrainer)):
         raise TypeError(f"use_trainer_class needs a subclass of RayPPOTrainer, got {trainer_cls!r}.")
-    trainer_module().RayPPOTrainer = trainer_cls
+    trainer_module().RayPPOTrainer = functools.partial(trainer_cls, **init_kwargs) if init_kwargs else trainer_cls
 
 
 def request_entropy_in_actor_updates(worker_group) -> None:

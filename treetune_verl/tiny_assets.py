@@ -349,16 +349,15 @@ def default_cache_root() -> Path:
     return Path(__file__).resolve().parents[1] / ".cache" / "tiny_assets"
 
 
-#: The CPO hint prompt's default system message and user template (``cpo.hint.system`` / ``cpo.hint.user_template``),
-#: written once, here: ``treetune_recipe/cpo/teacher/hint.py`` takes its defaults from them, and the tiny tokenizer
-#: learns them (:data:`INSTRUCTION_CORPUS`). They live in the library because the library imports no recipe, and the
-#: tiny assets need the text itself. Like a real tokenizer, the tiny one then encodes English instructions compactly
-#: (whole words), so the CPO hint-guided prompt of the tiny runs fits its default width instead of being truncated on
-#: every row. The text is part of the tokenizer's training data and of the cache key: changing a single byte changes
-#: every tiny asset, the shipped warm start's tokenizer and the numbers the docs quote from tiny runs. To change only
-#: the recipe's wording, give ``teacher.hint`` its own text again and keep this one as the tokenizer's, frozen.
-HINT_PROMPT_SYSTEM = "You are a helpful assistant."
-HINT_PROMPT_USER_TEMPLATE = r"""Problem:
+#: A frozen copy of the CPO recipe's default hint wording (``treetune_recipe/cpo/teacher/hint.py``, ``DEFAULT_SYSTEM``
+#: and ``DEFAULT_USER_TEMPLATE``; the library imports no recipe), which the tiny tokenizer learns
+#: (:data:`INSTRUCTION_CORPUS`). Like a real tokenizer, the tiny one then encodes English instructions compactly (whole
+#: words), so the hint-guided prompt of the tiny runs fits its default width instead of being truncated on every row.
+#: The text is part of the tokenizer's training data and of the cache key: changing a single byte changes every tiny
+#: asset, the shipped warm start's tokenizer and the numbers the docs quote from tiny runs, so it stays as it is when
+#: the recipe's wording changes (``treetune_tests/treetune_recipe/cpo/test_cpo_hint_on_cpu.py`` says when they part).
+TOKENIZER_HINT_SYSTEM = "You are a helpful assistant."
+TOKENIZER_HINT_USER_TEMPLATE = r"""Problem:
 {question}
 
 Worked solution (private; for your reference only):
@@ -373,8 +372,8 @@ Rules for your reply:
 3. Do not just restate the worked solution: derive each step, and show intermediate results, why you choose each \
 approach, the checks you make, and any corrections.
 4. Write the final answer inside \boxed{}."""
-#: Instruction prose the tokenizer also learns from (see :data:`HINT_PROMPT_USER_TEMPLATE`).
-INSTRUCTION_CORPUS = (HINT_PROMPT_SYSTEM, HINT_PROMPT_USER_TEMPLATE)
+#: Instruction prose the tokenizer also learns from (see :data:`TOKENIZER_HINT_USER_TEMPLATE`).
+INSTRUCTION_CORPUS = (TOKENIZER_HINT_SYSTEM, TOKENIZER_HINT_USER_TEMPLATE)
 
 
 def content_hash(config: TinyAssetsConfig) -> str:

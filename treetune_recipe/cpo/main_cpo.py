@@ -56,8 +56,8 @@ def main(config) -> None:
     except ValueError as error:  # every start-up check raises one (PreflightError is one) saying what to change
         sys.exit(f"[cpo] {error}")
 
-    # The cpo block as the driver built and checked it, every default and method block included: what the trainer
-    # restores in its Ray actor.
+    # The cpo block as the driver built and checked it, every default and method block included: the run's config
+    # file shows it, and the TaskRunner receives the checked object itself (built once, here).
     with open_dict(config):
         config.cpo = OmegaConf.create(cpo_config.to_block())
 
@@ -70,7 +70,7 @@ def main(config) -> None:
             # Each job of a Hydra multirun starts its own Ray cluster, and shuts it down here.
             try:
                 # SYNC WARNING: verl/trainer/main_ppo.py:run_ppo accepts task_runner_class (the recipe seam of 0.7.1)
-                run_ppo(config, task_runner_class=RearmSigterm(ray.remote(num_cpus=1)(CPOTaskRunner)))
+                run_ppo(config, task_runner_class=RearmSigterm(ray.remote(num_cpus=1)(CPOTaskRunner), cpo_config))
             except BaseException:  # SIGINT, SIGTERM, an error: the trainer stops at once, before Ray's shutdown
                 shutdown_ray(interrupted=True)
                 raise

@@ -143,6 +143,27 @@ def test_use_trainer_class_rebinds_the_class_task_runner_run_builds(monkeypatch)
     assert main_ppo.RayPPOTrainer is MyTrainer  # a refused class leaves the last one in place
 
 
+def test_use_trainer_class_hands_the_trainer_extra_arguments(monkeypatch):
+    """The recipe hands its trainer the config object the driver checked; ``run`` passes only verl's arguments."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from treetune_verl.verl_compat import trainer_module
+
+    main_ppo = trainer_module()
+    monkeypatch.setattr(main_ppo, "RayPPOTrainer", RayPPOTrainer)
+
+    class MyTrainer(RayPPOTrainer):
+        def __init__(self, config, checked=None):
+            self.config, self.checked = config, checked
+
+    checked = object()
+    patches.use_trainer_class(MyTrainer, checked=checked)
+    built = main_ppo.RayPPOTrainer(config="the run's config")
+    assert isinstance(built, MyTrainer) and built.checked is checked and built.config == "the run's config"
+    patches.use_trainer_class(MyTrainer)  # control: without arguments the class itself, as before
+    assert main_ppo.RayPPOTrainer is MyTrainer and main_ppo.RayPPOTrainer(config=None).checked is None
+
+
 class _FakeWorkerGroup:
     def __init__(self):
         self.received = []

@@ -52,12 +52,25 @@ from omegaconf import DictConfig, OmegaConf
 from verl import DataProto
 
 from treetune_verl.config_block import check_field_types, dataclass_from_block
-from treetune_verl.tiny_assets import HINT_PROMPT_SYSTEM, HINT_PROMPT_USER_TEMPLATE
 
-# The default wording is written once, in the library (treetune_verl/tiny_assets.py): the tiny tokenizer is trained on
-# it, and the library cannot import this recipe. Its comment there says how to change the recipe's wording alone.
-DEFAULT_SYSTEM = HINT_PROMPT_SYSTEM
-DEFAULT_USER_TEMPLATE = HINT_PROMPT_USER_TEMPLATE
+#: The hint prompt's default system message and user template (``cpo.hint.system``, ``cpo.hint.user_template``). The
+#: tiny tokenizer learns a frozen copy of them (``treetune_verl/tiny_assets.py``, ``TOKENIZER_HINT_USER_TEMPLATE``).
+DEFAULT_SYSTEM = "You are a helpful assistant."
+DEFAULT_USER_TEMPLATE = r"""Problem:
+{question}
+
+Worked solution (private; for your reference only):
+{solution}
+
+Solve the problem yourself, step by step, and reach the same final answer as the worked solution. Write the way a \
+person thinks aloud while tackling the problem for the first time: a first-person train of thought, in real time.
+
+Rules for your reply:
+1. Start working right away. No preamble, no closing summary, no repetition of these rules.
+2. Never mention, quote or hint at the worked solution, and do not suggest that you had any help or are acting.
+3. Do not just restate the worked solution: derive each step, and show intermediate results, why you choose each \
+approach, the checks you make, and any corrections.
+4. Write the final answer inside \boxed{}."""
 
 RESCORE_MODES = ("needed", "all")  # cpo.hint.rescore
 _TEMPLATE_FIELD = re.compile(r"\{(question|solution)\}")

@@ -34,12 +34,15 @@ from treetune_verl.verl_compat import task_runner_base
 class CPOTaskRunner(task_runner_base()):
     """``TaskRunner`` whose ``run`` trains with ``RayCPOTrainer`` and appends to the metrics file."""
 
-    def __init__(self):
+    def __init__(self, cpo_config=None):
+        """``cpo_config``: the ``CPOConfig`` the driver built and checked (``main_cpo``), handed to the trainer; None
+        (a GRPO run of another entry point) builds it from the config's ``cpo`` block."""
         # Defined here so that Ray finds ``__init__`` by reference. Inherited, it would be verl 0.9.1's
         # ``TaskRunner.__init__``, which cloudpickle cannot find under its name (the module's ``TaskRunner`` is the
         # Ray actor class): it would ship a copy of the function whose ``super()`` names a copy of the class, and fail
         # with "super(type, obj): obj must be an instance or subtype of type".
         super().__init__()
+        self.cpo_config = cpo_config
 
     def add_actor_rollout_worker(self, config):
         """verl's actor worker, as a ``RefreshableReferenceWorker`` (a ``refreshed`` teacher copies the actor's weights
@@ -57,6 +60,6 @@ class CPOTaskRunner(task_runner_base()):
         return RefreshableReferenceWorker, group_class
 
     def run(self, config):
-        use_trainer_class(RayCPOTrainer)
+        use_trainer_class(RayCPOTrainer, cpo_config=self.cpo_config)
         append_file_logger()
         return super().run(config)

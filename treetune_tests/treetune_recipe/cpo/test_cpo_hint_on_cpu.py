@@ -380,3 +380,15 @@ def test_chat_messages_are_the_system_and_the_filled_template():
         {"role": "user", "content": "Q=2+2 A=4 {x}"},
     ]
     assert HintConfig(system=None).chat_messages("q", "s")[0]["role"] == "user"
+
+
+def test_the_tiny_tokenizer_learns_the_recipes_hint_wording():
+    """The recipe writes its default hint wording (``teacher.hint``); the tiny tokenizer learns a frozen copy
+    (``tiny_assets.INSTRUCTION_CORPUS``), part of every tiny asset's cache key. When this fails, the recipe's wording
+    changed: keep the frozen copy as it is and update this test to the new text, or change both and rebuild every tiny
+    asset (and the shipped warm start)."""
+    from treetune_recipe.cpo.teacher.hint import DEFAULT_SYSTEM, DEFAULT_USER_TEMPLATE
+    from treetune_verl.tiny_assets import INSTRUCTION_CORPUS
+
+    assert (DEFAULT_SYSTEM, DEFAULT_USER_TEMPLATE) == INSTRUCTION_CORPUS
+    assert "{question}" in DEFAULT_USER_TEMPLATE and "{solution}" in DEFAULT_USER_TEMPLATE
