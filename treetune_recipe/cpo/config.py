@@ -50,10 +50,31 @@ from treetune_verl.config_block import (
 )
 
 
+def _method_fields() -> list[tuple[str, type, Any]]:
+    """One nested block per registered method with knobs: ``cpo.<method>.*``, typed by its knobs dataclass."""
+    return [
+        (
+            name,
+            method.knobs,
+            field(default_factory=method.knobs, metadata={"help": f"Knobs of {name} (cpo.{name}.*; {method.family})."}),
+        )
+        for name, method in all_methods().items()
+        if method.knobs is not None
+    ]
+
+
+#: One block per registered method with knobs (``cpo.<method>.*``, its knobs dataclass), in the registry's order: the
+#: base of :class:`CPOConfig`, built from the registry so that a new method adds its block from its own module.
+MethodBlocks = dataclasses.make_dataclass("MethodBlocks", _method_fields())
+MethodBlocks.__module__ = __name__
+
+
 @dataclass
-class _SharedKnobs:
-    """CPO knobs (``cpo.*``) shared by every method. Each wrapper's docstring (``methods/cpo_wrappers.py``) is its
-    formula; a method's own knobs are its block ``cpo.<method>.*``."""
+class CPOConfig(MethodBlocks):
+    """The ``cpo`` block: the knobs every method shares (below) and one typed block per registered method with knobs
+    of its own (``cpo.<method>.*``, :data:`MethodBlocks`; each method's page lists them). Built once, in the driver
+    (:meth:`from_config`, by the start-up checks), and handed to the trainer; only a method's schedule gives a step
+    other knobs (:meth:`at_step`). Each CPO wrapper's docstring (``methods/cpo_wrappers.py``) is its formula."""
 
     wrap_method: str = field(
         default="seq_kl",
@@ -229,27 +250,6 @@ class _SharedKnobs:
             if isinstance(config, dict):
                 config = _translate_alias_keys(config)
         return dataclass_from_block(cls, config, "cpo")
-
-
-def _method_fields() -> list[tuple[str, type, Any]]:
-    """One nested block per registered method with knobs: ``cpo.<method>.*``, typed by its knobs dataclass."""
-    return [
-        (
-            name,
-            method.knobs,
-            field(default_factory=method.knobs, metadata={"help": f"Knobs of {name} (cpo.{name}.*; {method.family})."}),
-        )
-        for name, method in all_methods().items()
-        if method.knobs is not None
-    ]
-
-
-CPOConfig = dataclasses.make_dataclass("CPOConfig", _method_fields(), bases=(_SharedKnobs,))
-CPOConfig.__module__ = __name__
-CPOConfig.__doc__ = (
-    "CPO knobs (``cpo.*``): the shared ones of :class:`_SharedKnobs` and one typed block per method with knobs of its "
-    "own (``cpo.<method>.*``)."
-)
 
 
 def method_aliases() -> dict[str, str]:
