@@ -56,8 +56,8 @@ DEFAULT_CONFIG_NAME = CONFIG_NAME
 # The demo always runs on the CPU backend, with the warm start's task settings; validation every 5 steps.
 DEMO_OVERRIDES = ["platform=cpu", *TASK_RL_OVERRIDES, "trainer.test_freq=5"]
 # By default the demo fits a small fixed prompt set (also its validation set), where RL's progress shows within its
-# budget; on the whole task, 30 steps move held-out accuracy less than its noise (recipe README, "The CPO-vs-GRPO
-# experiment").
+# budget; on the whole task, 30 steps move held-out accuracy less than its noise (agent-docs/running-code.md, "The
+# CPO-vs-GRPO experiment").
 DEFAULT_STEPS, DEFAULT_PROMPTS = 30, 16
 # The curves a researcher reads first (learning_curve.png); all_metrics.png has every metric.
 KEY_CURVES = [

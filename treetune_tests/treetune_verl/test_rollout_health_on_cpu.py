@@ -239,9 +239,10 @@ def test_no_metrics_without_rollout_log_probs():
 # ------------------------------------------------------------------------------------------------------------ config
 
 
-#: Per-step (rollout_corr/kl, training/rollout_probs_diff_mean) of measured CPU runs (verl 0.9.1; recipe README,
-#: "Rollout engines on CPU"). Healthy: the demo (warm start, 30 steps; the largest |kl| and probs diff of each run), and
-#: 3-step GRPO runs of the context-sensitive model at lr 1e-2 with 8 or 32 responses per step, and a 2-step CPO run.
+#: Per-step (rollout_corr/kl, training/rollout_probs_diff_mean) of measured CPU runs (verl 0.9.1;
+#: agent-docs/cpo-recipe.md, "Rollout engines on CPU"). Healthy: the demo (warm start, 30 steps; the largest |kl| and
+#: probs diff of each run), and 3-step GRPO runs of the context-sensitive model at lr 1e-2 with 8 or 32 responses per
+#: step, and a 2-step CPO run.
 HEALTHY_RUNS = {
     "demo, hf": [(-1.59e-3, 3.4e-3)],
     "demo, vLLM fp32": [(-1.02e-3, 3.3e-3)],

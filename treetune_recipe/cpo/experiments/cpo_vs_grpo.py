@@ -63,7 +63,7 @@ _VAL_SAMPLES_KEY = "actor_rollout_ref.rollout.val_kwargs.n"
 #: optimizer updates of 8 prompts each, and validation that samples as the rollout does (temperature 1,
 #: :data:`VAL_SAMPLES` responses per prompt), so ``val_acc`` estimates pass@1 of the policy being trained on prompts it
 #: never sees. Greedy accuracy, the mode of that policy, does not clearly rise in 40 steps at this scale in any setting
-#: (recipe README, "The CPO-vs-GRPO experiment", "Tuning").
+#: (agent-docs/running-code.md, "Tuning").
 HELD_OUT_OVERRIDES = [
     "data.train_batch_size=16",
     "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",

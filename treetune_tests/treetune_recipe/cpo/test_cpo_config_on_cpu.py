@@ -87,7 +87,8 @@ def test_null_alpha_is_allowed_and_disables_the_branch():
         ({"hint": [1, 2]}, r"cpo.hint must be a mapping"),
         (
             {"wrap_methd": "mi"},
-            r"^Unknown cpo key\(s\) \['wrap_methd'\]; valid keys: rlsd, opsd, sdpo, sdpg, wrap_method, .*, credit_dump\.$",
+            r"^Unknown cpo key\(s\) \['wrap_methd'\]; valid keys: rlsd, opsd, sdpo, sdpg, wrap_method, .*, "
+            r"credit_dump\.$",
         ),
         (
             {"hint": {"solution_keys": "x"}},
