@@ -11,11 +11,12 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""A reference model that can take the actor's weights: verl's fused actor/rollout/reference worker plus a few calls.
+"""The recipe's one custom worker: verl's fused actor/rollout/reference worker whose reference model can take the
+actor's weights and whose loss can run a teacher's forward.
 
 verl (0.9.1 and 0.7.1, engine workers) builds the reference policy inside ``ActorRolloutRefWorker`` (role
 ``actor_rollout_ref``) whenever a KL term needs it, from the same model path as the actor, and never changes it.
-:class:`RefreshableReferenceWorker` adds:
+:class:`TeacherWorker` adds:
 
 - ``copy_actor_weights_to_reference``, which overwrites the reference's parameters with the actor's current ones in
   every worker process, shard by shard (both models are wrapped by the same FSDP strategy over the same mesh, so their
@@ -129,8 +130,9 @@ def _rank_and_world_size() -> tuple[int, int]:
     return 0, 1
 
 
-class RefreshableReferenceWorker(ActorRolloutRefWorker):
-    """``ActorRolloutRefWorker`` whose reference model can take the actor's weights, with top-k scoring passes."""
+class TeacherWorker(ActorRolloutRefWorker):
+    """``ActorRolloutRefWorker`` whose reference model can take the actor's weights and whose loss can run a teacher's
+    forward inside the update (the module docstring lists the calls)."""
 
     def _update_reference(self, rate: float, caller: str) -> int:
         # SYNC WARNING: verl/workers/engine_workers.py:ActorRolloutRefWorker.init_model (self.actor and self.ref are

@@ -40,7 +40,7 @@ from treetune_verl.logits_hook import (
     scatter_response_values,
     student_logits_in_update,
 )
-from treetune_verl.teacher_worker import RefreshableReferenceWorker
+from treetune_verl.teacher_worker import TeacherWorker
 from treetune_verl.tiny_assets import CONTEXT_SENSITIVE, build_tiny_assets
 from treetune_verl.update_teacher import UpdateTeacher, teacher_columns
 from treetune_verl.version import installed_verl_version
@@ -58,7 +58,7 @@ def engine():
     assets = build_tiny_assets(config=CONTEXT_SENSITIVE)
     with harness.engine_fixture(assets, *harness.BATCHING["dynamic_batch_size"]) as h:
         # The worker class's methods on the harness's actor and reference (no Ray: its __init__ would build them).
-        worker = object.__new__(RefreshableReferenceWorker)
+        worker = object.__new__(TeacherWorker)
         worker.actor, worker.ref, worker.role = h["actor"], h["ref"], "actor_rollout_ref"
         plain = reference.rollout_batch(h["model_path"], h["tokenizer"], seed=2)
         hint, _ = build_hint_batch(plain, h["tokenizer"], h["hint_config"])

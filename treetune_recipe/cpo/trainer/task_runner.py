@@ -17,7 +17,7 @@ verl's ``TaskRunner.run`` (0.9.1: ``main_ppo_v0``, the v0 path; 0.7.1: ``main_pp
 module global ``RayPPOTrainer``. This subclass swaps that global for ``RayCPOTrainer`` inside its own Ray actor process
 (the one documented patch, ``treetune_verl.patches.use_trainer_class``), makes verl's file logger append
 (``append_file_logger``: the driver already dropped the steps a resume recomputes), maps the actor role to
-``RefreshableReferenceWorker`` (a teacher refreshed from the actor) and otherwise reuses ``run``
+``TeacherWorker`` (a teacher refreshed from the actor) and otherwise reuses ``run``
 unchanged: no copy of upstream code. Its base is the undecorated ``TaskRunner``
 (``treetune_verl.verl_compat.task_runner_base``). It lives in an importable module (not ``__main__``) because Ray
 pickles the class by reference.
@@ -27,7 +27,7 @@ import ray
 
 from treetune_recipe.cpo.trainer.ray_trainer import RayCPOTrainer
 from treetune_verl.patches import append_file_logger, use_trainer_class
-from treetune_verl.teacher_worker import RefreshableReferenceWorker
+from treetune_verl.teacher_worker import TeacherWorker
 from treetune_verl.verl_compat import task_runner_base
 
 
@@ -45,7 +45,7 @@ class CPOTaskRunner(task_runner_base()):
         self.cpo_config = cpo_config
 
     def add_actor_rollout_worker(self, config):
-        """verl's actor worker, as a ``RefreshableReferenceWorker`` (a ``refreshed`` teacher copies the actor's weights
+        """verl's actor worker, as a ``TeacherWorker`` (a ``refreshed`` teacher copies the actor's weights
         into the reference; otherwise it is verl's ``ActorRolloutRefWorker`` unchanged)."""
         # SYNC WARNING: verl/trainer/main_ppo_v0.py:TaskRunner.add_actor_rollout_worker maps one role to
         # ray.remote(ActorRolloutRefWorker) and returns (worker class, worker group class)
@@ -56,8 +56,8 @@ class CPOTaskRunner(task_runner_base()):
         if worker_class is not ActorRolloutRefWorker:
             raise TypeError(f"the CPO recipe runs on verl's engine ActorRolloutRefWorker, got {worker_class!r}")
         role = Role.ActorRolloutRef if Role.ActorRolloutRef in self.role_worker_mapping else Role.ActorRollout
-        self.role_worker_mapping[role] = ray.remote(RefreshableReferenceWorker)
-        return RefreshableReferenceWorker, group_class
+        self.role_worker_mapping[role] = ray.remote(TeacherWorker)
+        return TeacherWorker, group_class
 
     def run(self, config):
         use_trainer_class(RayCPOTrainer, cpo_config=self.cpo_config)
