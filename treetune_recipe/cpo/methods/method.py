@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from treetune_recipe.cpo.teacher import contexts as teacher_contexts
 from treetune_verl.config_block import override_key
 
 #: What a method reads of its teacher at every response token: ``token``: the sampled token's log-prob
@@ -42,9 +43,9 @@ from treetune_verl.config_block import override_key
 #: ``student_topk``: at the student's top-k ids (the student in the update). Both top-k kinds run the teacher inside the
 #: update, beside the student (``treetune_verl.update_teacher``).
 TEACHER_PASSES = ("token", "teacher_topk", "student_topk")
-#: Whose text is the privileged context of the teacher's prompt: the dataset's gold worked solution, or a response of
-#: the same prompt group that the verifier accepted (a successful sibling).
-CONTEXTS = ("gold_solution", "successful_sibling")
+#: The privileged contexts of the teacher's prompt, by name: the registry of ``treetune_recipe.cpo.teacher.contexts``
+#: (the gold solution, the answer, a successful sibling, the environment's feedback).
+CONTEXTS = tuple(teacher_contexts.CONTEXTS)
 #: Method families, one documentation page each (``agent-docs/methods/<family>.md``).
 FAMILIES = ("cpo", "rlsd", "opsd", "sdpo")
 
@@ -69,7 +70,7 @@ class Method:
             to verl's PPO loss.
         teacher_pass: what the teacher pass returns (:data:`TEACHER_PASSES`).
         topk: k of the top-k ids: the name of the knob that holds it (0 or the vocabulary size: all ids).
-        context: the teacher's privileged context (:data:`CONTEXTS`).
+        context: the teacher's privileged context as published (:data:`CONTEXTS`); ``cpo.context`` selects another.
         published_teacher: the teacher the authors' code runs with (``cpo.teacher: null`` selects it).
         knobs: the dataclass of the method's own block ``cpo.<name>.*`` (typed, with help text), or None.
         run_settings: Hydra overrides outside ``cpo.*`` the authors' scripts use (sampling, updates per rollout, KL),
@@ -139,14 +140,14 @@ class Method:
             return knobs, {}
         return self.schedule(knobs, step)
 
-    def describe(self) -> str:
-        """One line for the start-up log."""
+    def describe(self, context: str | None = None) -> str:
+        """One line for the start-up log, under ``context`` (the run's ``cpo.context``; None: the published one)."""
         needs = {
             "token": "the sampled token's log-prob",
             "teacher_topk": "the teacher's top-k",
             "student_topk": "the teacher at the student's top-k",
         }[self.teacher_pass]
-        context = {"gold_solution": "the gold solution", "successful_sibling": "a successful sibling"}[self.context]
+        context = teacher_contexts.get_context(context or self.context).describe
         return f"{self.name} ({self.family}): {self.summary}; teacher pass: {needs} under {context}"
 
 
