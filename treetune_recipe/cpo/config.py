@@ -16,10 +16,11 @@
 The block is top level because verl's ``ActorConfig`` rejects unknown keys. Its defaults are written once, here: the
 recipe's Hydra config takes them from the ``cpo_defaults`` node that :func:`register_config_defaults` stores from this
 dataclass. The shared knobs are the reference's main run (``seq_kl``, λ = 2, α⁺ = 0, α⁻ = 1, all tokens); nested
-typed blocks: ``hint`` (``HintConfig``), ``credit_dump`` (``CreditDumpConfig``) and one block per method with knobs
+typed blocks: ``hint`` (``HintConfig``), ``feedback`` (``FeedbackConfig``), ``credit_dump`` (``CreditDumpConfig``)
+and one block per method with knobs
 of its own (``cpo.<method>.*``, the method's ``knobs`` dataclass, added from the method registry: this module names no
 method). ``teacher_config`` (``treetune_recipe.cpo.teacher.weights.TeacherConfig``) is the teacher resolved from
-``cpo.teacher`` and the method.
+``cpo.teacher`` and the method; ``context_name`` the teacher's context, from ``cpo.context`` and the method.
 :meth:`CPOConfig.from_config` builds the whole object with ``treetune_verl.config_block.dataclass_from_block`` (an
 unknown key at any level is one error naming the valid ones; a renamed key is translated, with a note). The driver
 builds it once before Ray (``preflight.check_cpo_run``) and writes it back into the run config, which Ray hands to
@@ -38,6 +39,8 @@ from treetune_recipe.cpo.methods.core_algos import DIFFICULTY_MODES, LOSS_POSITI
 from treetune_recipe.cpo.methods.method import TOKEN_LOSS_AGGS, Method
 from treetune_recipe.cpo.methods.registry import all_methods, get_method
 from treetune_recipe.cpo.reports.credit_dump import CreditDumpConfig
+from treetune_recipe.cpo.teacher.contexts import CONTEXTS, TeacherContext, get_context
+from treetune_recipe.cpo.teacher.feedback import FeedbackConfig
 from treetune_recipe.cpo.teacher.hint import HintConfig
 from treetune_recipe.cpo.teacher.weights import TEACHERS, TeacherConfig
 from treetune_verl import rollout_health
@@ -114,6 +117,13 @@ class CPOConfig(MethodBlocks):
             "published teacher (Method.published_teacher; policy for the CPO wrappers)."
         },
     )
+    context: str | None = field(
+        default=None,
+        metadata={
+            "help": f"The teacher's privileged context: one of {', '.join(CONTEXTS)} (teacher/contexts.py); null = "
+            "the method's published context (Method.context). Both teacher passes read it."
+        },
+    )
     teacher_refresh_steps: int = field(
         default=20,
         metadata={
@@ -162,6 +172,10 @@ class CPOConfig(MethodBlocks):
         default_factory=HintConfig,
         metadata={"help": "The hint-guided prompt (cpo.hint.*, teacher.hint.HintConfig)."},
     )
+    feedback: FeedbackConfig = field(
+        default_factory=FeedbackConfig,
+        metadata={"help": "The environment_feedback context (cpo.feedback.*, teacher.feedback.FeedbackConfig)."},
+    )
     credit_dump: CreditDumpConfig = field(
         default_factory=CreditDumpConfig,
         metadata={
@@ -192,6 +206,8 @@ class CPOConfig(MethodBlocks):
             raise ValueError(f"cpo.teacher_ema_rate must lie in (0, 1], got {self.teacher_ema_rate}.")
         if self.teacher is not None:
             _check_choice("teacher", self.teacher, TEACHERS)
+        if self.context is not None:
+            _check_choice("context", self.context, CONTEXTS)
         if self.teacher_refresh_steps < 1:
             raise ValueError(f"cpo.teacher_refresh_steps must be an integer >= 1, got {self.teacher_refresh_steps!r}.")
         published = self.method.published_teacher
@@ -206,6 +222,16 @@ class CPOConfig(MethodBlocks):
     def method(self) -> Method:
         """The selected method (``cpo.wrap_method``)."""
         return get_method(self.wrap_method)
+
+    @property
+    def context_name(self) -> str:
+        """The teacher's context of the run: ``cpo.context``, or the method's published one when null."""
+        return self.context or self.method.context
+
+    @property
+    def teacher_context(self) -> TeacherContext:
+        """The registered context :attr:`context_name` names (``teacher.contexts.CONTEXTS``)."""
+        return get_context(self.context_name)
 
     @property
     def knobs(self) -> Any:

@@ -14,10 +14,11 @@
 """Probe SDPO's teacher prompt on the warm start: does it pull the student towards ending early?
 
 The command line of :mod:`treetune_recipe.cpo.experiments.teacher_probe` (where every number is defined): samples
-the student on the hard regime's training prompts, builds SDPO's teacher batch with the recipe's code, and prints, for
-the student's plain prompt and for the teacher's prompt with the recipe's sibling, the gold solution or an empty text
-as context, the probability of ending early after an intermediate step and what the prompt samples itself. CPU, no
-Ray; about a minute for 64 prompts. Usage::
+the student on the hard regime's training prompts, builds the teacher batch of every registered context it can (a
+successful sibling, the gold solution, the answer) with the recipe's code, and prints, for the student's plain prompt,
+for each context's teacher prompt and for SDPO's wrapper holding the gold solution or an empty text, the probability
+of ending early after an intermediate step and what the prompt samples itself. CPU, no Ray; about a minute for 64
+prompts. Usage::
 
     python -m treetune_scripts.experiments.teacher_probe [--prompts 64] [--seed 0] [--samples 8]
 """

@@ -14,8 +14,9 @@
 """Rollout batches shaped like verl's at ``RayPPOTrainer._update_actor``, for the hint-batch and trainer tests.
 
 :func:`make_batch` lays out n interleaved rollouts per prompt (left-padded chat prompts of the data's plain form,
-right-padded random responses, verl's position ids), optionally reordered as ``balance_batch`` does; :data:`PROBLEMS`
-are three problems with hand-written solutions.
+right-padded random responses, verl's position ids, and ``uid``, ``extra_info``, ``raw_prompt`` and ``reward_model``
+as verl's dataset keeps them, the answer being the solution's last ``\boxed{}``), optionally reordered as
+``balance_batch`` does; :data:`PROBLEMS` are three problems with hand-written solutions.
 """
 
 import uuid
@@ -24,6 +25,8 @@ import numpy as np
 import torch
 from verl import DataProto
 from verl.utils.model import compute_position_id_with_mask
+
+from treetune_verl.data.rl_schema import final_answer_from_solution
 
 #: The instruction the data's plain prompts end with.
 DATA_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."
@@ -44,7 +47,7 @@ def pad_id(tokenizer) -> int:
 def make_batch(tokenizer, problems, n=4, prompt_width=96, response_width=24, seed=0, shuffle=True, extra_infos=None):
     """A batch shaped like verl's at ``_update_actor``: n interleaved rollouts per prompt, optionally reordered."""
     generator = torch.Generator().manual_seed(seed)
-    rows_prompt, rows_response, rows_extra, rows_raw, rows_uid = [], [], [], [], []
+    rows_prompt, rows_response, rows_extra, rows_raw, rows_uid, rows_reward = [], [], [], [], [], []
     for k, problem in enumerate(problems):
         messages = [{"role": "user", "content": problem["question"] + DATA_SUFFIX}]
         if tokenizer.chat_template is None:
@@ -56,6 +59,7 @@ def make_batch(tokenizer, problems, n=4, prompt_width=96, response_width=24, see
         assert len(prompt_ids) <= prompt_width
         extra = extra_infos[k] if extra_infos is not None else dict(problem)
         uid = str(uuid.UUID(int=k + 1))
+        reward_model = {"style": "rule", "ground_truth": final_answer_from_solution(problem.get("solution"))}
         for _ in range(n):
             length = int(torch.randint(1, response_width + 1, (1,), generator=generator))
             rows_response.append(torch.randint(3, len(tokenizer) - 1, (length,), generator=generator).tolist())
@@ -63,6 +67,7 @@ def make_batch(tokenizer, problems, n=4, prompt_width=96, response_width=24, see
             rows_extra.append(extra)
             rows_raw.append(messages)
             rows_uid.append(uid)
+            rows_reward.append(reward_model)
     num_rows, pad = len(rows_prompt), pad_id(tokenizer)
     prompts = torch.full((num_rows, prompt_width), pad)
     responses = torch.full((num_rows, response_width), pad)
@@ -80,7 +85,7 @@ def make_batch(tokenizer, problems, n=4, prompt_width=96, response_width=24, see
         "attention_mask": attention,
         "position_ids": compute_position_id_with_mask(attention),
     }
-    non_tensors = {"uid": rows_uid, "extra_info": rows_extra, "raw_prompt": rows_raw}
+    non_tensors = {"uid": rows_uid, "extra_info": rows_extra, "raw_prompt": rows_raw, "reward_model": rows_reward}
     tensors = {key: value[order] for key, value in tensors.items()}
     non_tensors = {
         key: np.array(value + [None], dtype=object)[:-1][order.numpy()] for key, value in non_tensors.items()

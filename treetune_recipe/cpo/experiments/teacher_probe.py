@@ -13,13 +13,16 @@
 # limitations under the License.
 """Does SDPO's teacher pull the student towards ending early? A probe of the warm start, before any update.
 
-The student samples responses at temperature 1 (as the rollouts), graded by the task's reward. SDPO's teacher batch
-is built by the trainer's call (``RayCPOTrainer._distribution_teacher_pass``: ``teacher.contexts.build_teacher_batch``,
-the lengths of :mod:`treetune_recipe.cpo.experiments.task`). Its rows with a context (SDPO's loss rows) are measured
-with three context texts in the recipe's wrapper (``teacher.sibling.sibling_teacher_message``): ``sibling`` (the
-recipe's batch as built), ``gold`` (the problem's worked solution) and ``empty`` (an empty text); and, as a control,
-``hint``: the same rows under the gold-solution prompt the other hinted methods' teachers read (CPO, RLSD, OPSD:
-``build_teacher_batch`` of a gold-solution method, with the experiment's hint wording), which the warm start's SFT saw.
+The student samples responses at temperature 1 (as the rollouts), graded by the task's reward. Every registered
+teacher context (``teacher.contexts.CONTEXTS``) builds its teacher batch with the trainer's call
+(``TeacherContext.build``, as ``RayCPOTrainer._build_teacher_rows``; the lengths of
+:mod:`treetune_recipe.cpo.experiments.task`, the experiment's hint wording), one prompt kind per context that gives
+some row a context (:func:`context_batches`; the task's reward returns no feedback, so ``environment_feedback`` gives
+none and is left out): ``successful_sibling`` (SDPO's batch), ``gold_solution`` (the hint prompt the CPO and OPSD
+teachers read, which the warm start's SFT saw) and ``answer_only`` (the answer in SDPG's wording, RLSD's published
+context). The rows with a sibling (SDPO's loss rows) that every kind holds are measured; with two more texts in SDPO's
+wrapper (``teacher.sibling.sibling_teacher_message``): ``wrapper: gold`` (the problem's worked solution) and
+``wrapper: empty`` (an empty text).
 Per prompt kind (the student's plain prompt, then each teacher variant): (a) the probability of ending early,
 p(first token of `` \\boxed``) + p(end of turn), at the student's intermediate step boundaries (the token after its
 k-th step-ending ``.``, k < the problem's number of operations); (b) responses the prompt samples itself (the
@@ -40,13 +43,16 @@ from verl import DataProto
 
 from treetune_recipe.cpo.experiments.task import HINT_OVERRIDES, HINT_USER_TEMPLATE, TASK_RL_OVERRIDES
 from treetune_recipe.cpo.methods.advantage_terms import DEFAULT_SUCCESS_VALUE, succeeded
-from treetune_recipe.cpo.teacher.contexts import build_teacher_batch
+from treetune_recipe.cpo.teacher.contexts import CONTEXTS
 from treetune_recipe.cpo.teacher.hint import HintConfig, left_pad, reprompted_batch
 from treetune_recipe.cpo.teacher.sibling import sibling_teacher_message
 from treetune_verl.config_block import override_key
 from treetune_verl.utils.reward_score.tiny_arith import compute_binary_score
 
-VARIANTS = ("sibling", "gold", "empty", "hint")
+#: The context whose rows are measured: SDPO's loss rows.
+MEASURED_CONTEXT = "successful_sibling"
+#: Texts put into SDPO's wrapper besides the sibling: prompt kind -> the text of a problem's group.
+WRAPPED_TEXTS = ("wrapper: gold", "wrapper: empty")
 DEFAULT_PROMPTS = 64
 DEFAULT_SAMPLES = 8
 
@@ -114,11 +120,17 @@ def early_end_ids(tokenizer) -> tuple[int, int]:
 
 
 def pack_batch(
-    tokenizer, prompts: Sequence[list[int]], responses: Sequence[list[int]], raw_prompts, uids, extra_infos=None
+    tokenizer,
+    prompts: Sequence[list[int]],
+    responses: Sequence[list[int]],
+    raw_prompts,
+    uids,
+    extra_infos=None,
+    reward_models=None,
 ) -> DataProto:
     """The rollout batch's layout: left-padded prompts, right-padded responses (``response_mask`` through the end of
-    turn), positions 0.. from each prompt's first token; ``uid``, ``raw_prompt`` and ``extra_info`` (default: empty)
-    as verl's dataset keeps them."""
+    turn), positions 0.. from each prompt's first token; ``uid``, ``raw_prompt``, ``extra_info`` (default: empty) and,
+    when given, ``reward_model`` (``{style, ground_truth}``) as verl's dataset keeps them."""
     pad = tokenizer.pad_token_id
     prompt_ids, prompt_len = left_pad(prompts, max(map(len, prompts)), pad)
     width = max(map(len, responses))
@@ -139,7 +151,26 @@ def pack_batch(
         raw[row] = list(messages)
         extra[row] = dict(extra_infos[row]) if extra_infos is not None else {}
     non_tensors = {"uid": np.array(uids, dtype=object), "raw_prompt": raw, "extra_info": extra}
+    if reward_models is not None:
+        non_tensors["reward_model"] = np.empty(len(raw_prompts), dtype=object)
+        for row, reward_model in enumerate(reward_models):
+            non_tensors["reward_model"][row] = dict(reward_model)
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
+
+
+def context_batches(
+    batch: DataProto, success: torch.Tensor, tokenizer, hint_config: HintConfig
+) -> dict[str, tuple[DataProto, torch.Tensor]]:
+    """Context name -> ``(teacher batch, has_context)`` of every registered context that gives some row of ``batch``
+    a context, in the registry's order, each built by the trainer's call (``TeacherContext.build``, default knobs)."""
+    built = {}
+    for name, context in CONTEXTS.items():
+        teacher_batch, has_context, _ = context.build(
+            batch, tokenizer=tokenizer, hint_config=hint_config, success=success, chat_template_kwargs=None
+        )
+        if has_context.any():
+            built[name] = (teacher_batch, has_context)
+    return built
 
 
 def chat_ids(tokenizer, messages) -> list[int]:
@@ -223,10 +254,8 @@ def run_probe(
     import pandas as pd
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import treetune_recipe.cpo.methods.registry  # noqa: F401  (registers SDPO)
     from treetune_recipe.cpo.experiments.hard_prompts import select_hard_prompts
     from treetune_recipe.cpo.experiments.warm_start import DEFAULT_WARM_START, build_warm_start
-    from treetune_recipe.cpo.methods.method import registered_method
 
     warm_dir = Path(warm_dir) if warm_dir is not None else Path(build_warm_start(DEFAULT_WARM_START))
     rows = pd.read_parquet(prompts_parquet or select_hard_prompts(warm_dir).train).head(n_prompts)
@@ -241,29 +270,24 @@ def run_probe(
     group_of = [g for g in range(len(raw)) for _ in range(samples)]
     responses = [r for group in groups for r in group]
     extra = [dict(rows["extra_info"].iloc[g]) for g in group_of]
-    batch = pack_batch(tokenizer, [plain[g] for g in group_of], responses, [raw[g] for g in group_of], group_of, extra)
+    reward_models = [dict(rows["reward_model"].iloc[g]) for g in group_of]
+    batch = pack_batch(
+        tokenizer, [plain[g] for g in group_of], responses, [raw[g] for g in group_of], group_of, extra, reward_models
+    )
     texts = [tokenizer.decode(r, skip_special_tokens=True) for r in responses]
     rewards = torch.tensor([_score(t, answers[g])["score"] for t, g in zip(texts, group_of)])
-    method = registered_method("sdpo")
-    hint_config = HintConfig.from_config({"max_prompt_length": TEACHER_MAX_PROMPT_LENGTH}).resolve(MAX_PROMPT_LENGTH)
-    recipe_batch, has_context, _ = build_teacher_batch(  # the trainer's call (_distribution_teacher_pass)
-        method, method.knobs(), batch, success=succeeded(rewards, DEFAULT_SUCCESS_VALUE), tokenizer=tokenizer,
-        hint_config=hint_config, chat_template_kwargs=None,
-    )  # fmt: skip
-    teacher = {"sibling": recipe_batch}
-    for name, text_of in (("gold", lambda g: solutions[g]), ("empty", lambda g: "")):
-        texts_v = [text_of(g) if has_context[b] else None for b, g in enumerate(group_of)]
-        teacher[name], fits = wrapped_teacher_batch(batch, texts_v, tokenizer, TEACHER_MAX_PROMPT_LENGTH)
-        has_context &= fits
-    gold_method = registered_method("opsd_token")
     hint_config = HintConfig.from_config(
         {"max_prompt_length": TEACHER_MAX_PROMPT_LENGTH, "user_template": HINT_USER_TEMPLATE}
     ).resolve(MAX_PROMPT_LENGTH)
-    teacher["hint"], fits, _ = build_teacher_batch(
-        gold_method, None, batch, success=succeeded(rewards, DEFAULT_SUCCESS_VALUE),  # no knobs: gold context
-        tokenizer=tokenizer, hint_config=hint_config, chat_template_kwargs=None,
-    )  # fmt: skip
-    has_context &= fits
+    built = context_batches(batch, succeeded(rewards, DEFAULT_SUCCESS_VALUE), tokenizer, hint_config)
+    teacher = {name: teacher_batch for name, (teacher_batch, _) in built.items()}
+    has_context = built[MEASURED_CONTEXT][1].clone() if MEASURED_CONTEXT in built else torch.zeros(len(batch)).bool()
+    for _, rows_with_context in built.values():
+        has_context &= rows_with_context
+    for name, text_of in zip(WRAPPED_TEXTS, (lambda g: solutions[g], lambda g: "")):
+        texts_v = [text_of(g) if has_context[b] else None for b, g in enumerate(group_of)]
+        teacher[name], fits = wrapped_teacher_batch(batch, texts_v, tokenizer, TEACHER_MAX_PROMPT_LENGTH)
+        has_context &= fits
 
     dot = tokenizer(".", add_special_tokens=False)["input_ids"]
     assert len(dot) == 1, f"'.' is not one token: {dot}"
@@ -281,7 +305,7 @@ def run_probe(
         return mass.mean().item(), mass[last].mean().item()  # nan when empty
 
     stats = [_sample_stats("plain (student)", early_end(batch), tokenizer, [groups[g] for g in groups_in], answers_in)]
-    for name in VARIANTS:
+    for name in teacher:
         prompts = [prompt_of(teacher[name], b) for b in first_rows]
         own_samples = sample(model, tokenizer, prompts, samples, seed) if prompts else []
         stats.append(_sample_stats(name, early_end(teacher[name]), tokenizer, own_samples, answers_in))

@@ -41,15 +41,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from treetune_recipe.cpo.teacher import contexts as teacher_contexts
 from treetune_verl.config_block import override_key
 
 #: The policy-gradient term: the verifier's advantages, advantages reshaped by the method's wrapper, or none.
 POLICY_TERMS = ("verifier", "shaped", "none")
 #: Whose top-k ids a distillation term gathers both distributions at (k = 0: the whole vocabulary).
 DISTILLATION_IDS = ("teacher_topk", "student_topk")
-#: Whose text is the privileged context of the teacher's prompt: the dataset's gold worked solution, or a response of
-#: the same prompt group that the verifier accepted (a successful sibling).
-CONTEXTS = ("gold_solution", "answer_only", "successful_sibling")
+#: The privileged contexts of the teacher's prompt, by name: the registry of ``treetune_recipe.cpo.teacher.contexts``
+#: (the gold solution, the answer, a successful sibling, the environment's feedback).
+CONTEXTS = tuple(teacher_contexts.CONTEXTS)
 #: How a distillation term is averaged over tokens (``cpo.token_loss_agg``; :func:`.loss.distillation_term`).
 TOKEN_LOSS_AGGS = ("seq_mean", "token_mean")
 
@@ -116,7 +117,7 @@ class Method:
         reference: the reference term, or None.
         term_weights: ``fn(knobs) -> TermWeights`` when a knob switches the terms on and off (SDPO's
             ``policy_loss_mode``); None: the policy term at 1 unless ``none``, the distillation term at its weight knob.
-        context: the teacher's privileged context (:data:`CONTEXTS`).
+        context: the teacher's privileged context as published (:data:`CONTEXTS`); ``cpo.context`` selects another.
         published_teacher: the teacher the authors' code runs with (``cpo.teacher: null`` selects it).
         token_loss_agg: how the authors' code averages the distillation term (:data:`TOKEN_LOSS_AGGS`;
             ``cpo.token_loss_agg: null`` selects it).
@@ -210,17 +211,24 @@ class Method:
             return knobs, {}
         return self.schedule(knobs, step, total_steps)
 
-    def describe(self) -> str:
-        """One line for the start-up log."""
-        terms = [{"verifier": "PG on the verifier's advantages", "shaped": "PG on shaped advantages"}.get(self.policy)]
-        if self.distillation is not None:
+    def describe(self, context: str | None = None, knobs: Any = None) -> str:
+        """One line for the start-up log, under ``context`` (the run's ``cpo.context``; None: the published one) and
+        ``knobs`` (the terms they switch off are left out; None: every declared term)."""
+        weights = TermWeights(1.0, 1.0) if knobs is None else self.weights(knobs)
+        terms = []
+        if self.policy != "none" and weights.policy:
+            terms.append(
+                {"verifier": "PG on the verifier's advantages", "shaped": "PG on shaped advantages"}[self.policy]
+            )
+        if self.distillation is not None and weights.distillation:
             ids = {"teacher_topk": "the teacher's top-k", "student_topk": "the student's top-k"}[self.distillation.ids]
             support = "the whole vocabulary" if self.distillation.topk is None else ids
             terms.append(f"distillation over {support} (in the update)")
         if self.reference is not None:
             terms.append("a reference term")
-        context = self.context.replace("_", " ")
-        listed = " + ".join(term for term in terms if term)
+        context = teacher_contexts.get_context(context or self.context).describe
+        listed = " + ".join(terms)
+
         return f"{self.name} ({self.family}): {self.summary}; terms: {listed}; teacher context: {context}"
 
 

@@ -12,7 +12,7 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """RLSD, "Self-Distilled RLVR" (Yang et al., arXiv 2604.03128; official code ``iie-ycx/RLSD``): the verifier's
-advantage sets each token's direction, the hinted teacher's log-ratio its size. Agent-docs page:
+advantage sets each token's direction, the teacher's log-ratio under the answer its size. Agent-docs page:
 ``agent-docs/methods/rlsd.md``."""
 
 from __future__ import annotations
@@ -84,8 +84,10 @@ def rlsd(x: CPOTerms, cfg) -> torch.Tensor:
     weighs, clips and mixes as above. A = 0 gives Â = 0 (an all-wrong group of ±1 rewards still gets nothing); with
     λ = 0, Â = A. Remaining differences: the student term is the rollout policy's ``old_log_probs`` (SDPG's
     re-implementation, ``lauyikfung/SDPG``, takes it so), where the official code detaches the current policy's
-    log-probs in each update micro-batch: the same values with one update per step, the published setting; the
-    teacher's context is the dataset's gold worked solution, where the official code puts the dataset's answer.
+    log-probs in each update micro-batch: the same values with one update per step, the published setting. The
+    teacher's context is the dataset's answer, as in the official code (``answer_only``), in SDPG's wording; the
+    official template (``examples/visual_rl/format_prompt/teacher_hint_self_distill.jinja``) words it "Here is a
+    reference solution:". ``cpo.context=gold_solution`` shows the dataset's worked solution instead.
     """
     knobs = cfg.rlsd
     weight = torch.exp(torch.sign(x.advantages) * x.log_ratio).clamp(1.0 - knobs.clip, 1.0 + knobs.clip)
@@ -101,6 +103,7 @@ register_method(
         policy="shaped",
         advantage=rlsd,
         hint_rows=rows_with_advantage,
+        context="answer_only",  # the official code shows the teacher the dataset's answer
         # The official trainer's teacher: the reference model, overwritten by the actor every 20 updates.
         published_teacher="refreshed",
         knobs=RLSDKnobs,

@@ -16,7 +16,8 @@
 At each step listed in ``cpo.credit_dump.steps`` the trainer (on the driver, right before the actor update) writes
 ``<dir>/step_<N>.json`` holding up to ``max_rows`` responses, chosen round-robin from four kinds (correct and wrong
 responses of mixed groups, responses of all-wrong and of all-correct groups) so that each kind is shown. Per response:
-the plain prompt and the hint prompt (text and token ids), the reward, the group difficulty and, per response token,
+the plain prompt and the teacher's prompt (``hint_prompt``: the prompt under the run's context, named in the file's
+``context``; text and token ids), the reward, the group difficulty and, per response token,
 its text and id, ``o`` (``old_log_probs``), ``g`` (``gw_log_probs``, from the run's teacher, named in the file's
 ``teacher``), ``δ = g − o``, the entropy, the GRPO advantage
 ``A`` and the advantage after the configured wrapper.
@@ -130,7 +131,7 @@ def build_dump(
         batch: the training ``DataProto`` right before the actor update, holding ``prompts``, ``responses``,
             ``attention_mask``, ``response_mask [B, T]``, ``advantages``, ``old_log_probs``, ``gw_log_probs``,
             ``seq_rewards [B]`` and ``difficulty [B]``.
-        hint_batch: the hint-guided batch of the same step (``prompts``, ``attention_mask``).
+        hint_batch: the teacher batch of the same step under the run's context (``prompts``, ``attention_mask``).
         entropy: ``[B, T]`` token entropy used for the wrapper.
         tokenizer: decodes prompts and single response tokens.
         cpo_config: the run's ``CPOConfig``.
@@ -204,6 +205,7 @@ def build_dump(
         "step": step,
         "wrap_method": cpo_config.wrap_method,
         "teacher": cpo_config.teacher_config.name,
+        "context": cpo_config.context_name,
         "pos_alpha": cpo_config.pos_alpha,
         "neg_alpha": cpo_config.neg_alpha,
         "success_value": cpo_config.success_value,

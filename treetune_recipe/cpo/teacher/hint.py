@@ -476,6 +476,11 @@ def hint_solution(extra_info: Mapping | None, solution_key: str) -> str:
     return _as_text((extra_info or {}).get(solution_key))
 
 
+def mapping_text(mapping: Mapping | None, key: str) -> str:
+    """``mapping[key]`` as text: ``''`` when the mapping or the key is missing, or the value is NaN or blank."""
+    return _as_text((mapping or {}).get(key))
+
+
 def hint_question(extra_info: Mapping | None, messages: Any, question_key: str) -> str:
     """The question a hint prompt shows: ``extra_info[question_key]``, else the last user message (``''`` if none)."""
     return _as_text((extra_info or {}).get(question_key)) or _last_user_text(messages)

@@ -24,9 +24,9 @@ Outside this module (the caller's): the teacher's chat is the original prompt's 
 message, :func:`sibling_teacher_message`, rendered with the chat template (``add_generation_prompt=True``, the data's
 ``enable_thinking``), truncated to ``max_reprompt_len`` = 10240 tokens (right side) and followed by the student's own
 response tokens; a row without a sibling (−1) keeps its plain prompt and is masked out of the distillation loss
-(``self_distillation_mask``). SDPO's environment-feedback sections (``include_environment_feedback``) are not
-implemented: with math rewards there is no feedback text, and with ``environment_feedback_only_without_solution`` a
-row with a solution never uses it.
+(``self_distillation_mask``). SDPO's environment-feedback section (``include_environment_feedback``) is the
+``environment_feedback`` context (:mod:`treetune_recipe.cpo.teacher.feedback`); with math rewards there is no feedback
+text, and with the published ``environment_feedback_only_without_solution`` a row with a solution never uses it.
 """
 
 import re

@@ -19,7 +19,14 @@ import os
 from collections.abc import Mapping
 
 from treetune_recipe.cpo.config import CPOConfig
-from treetune_recipe.cpo.teacher.hint import HintConfig, hint_question, hint_solution, shortest_hint_prompt_lengths
+from treetune_recipe.cpo.teacher.contexts import CONTEXTS
+from treetune_recipe.cpo.teacher.hint import (
+    HintConfig,
+    hint_question,
+    hint_solution,
+    mapping_text,
+    shortest_hint_prompt_lengths,
+)
 from treetune_verl.preflight import PreflightError
 from treetune_verl.rollout_health import RolloutHealthConfig
 from treetune_verl.verl_compat import uses_engine_workers
@@ -117,10 +124,9 @@ def check_teacher_token_budget(config, cpo_config: CPOConfig) -> None:
     holds on the device beside verl's own logits: the teacher's logits at the micro-batch's response tokens (bf16 on
     a GPU) and the float32 copies of one piece of the loss (``methods.loss.CHUNK_VALUES`` values each)."""
     from treetune_recipe.cpo.methods.loss import CHUNK_VALUES
-    from treetune_recipe.cpo.teacher.contexts import resolved_hint_config
 
     data, actor = config.data, config.actor_rollout_ref.actor
-    hint = resolved_hint_config(cpo_config.hint, cpo_config.method, data.max_prompt_length, data.max_response_length)
+    hint = cpo_config.teacher_context.resolve_hint(cpo_config.hint, data.max_prompt_length, data.max_response_length)
     longest = int(hint.max_prompt_length) + int(data.max_response_length)
     if actor.get("use_dynamic_bsz", False):
         budget = int(actor.ppo_max_token_len_per_gpu)
@@ -192,9 +198,12 @@ def check_cpo_run(config, tokenizer=None) -> CPOConfig:
     - prompts longer than ``data.max_prompt_length`` while verl would neither filter nor truncate them;
     - the ``treetune.rollout_health`` thresholds of the run-health guard (every estimator);
     - the seeded agent loop only where it can seed (``treetune_verl/seeded_agent_loop.py``: vLLM, verl 0.9.1);
-    - with CPO on: the solution key of the hint prompt in the training rows (every row with ``on_missing=error``; the
-      share of rows without one is printed; none at all stops unless ``cpo.hint.allow_all_missing=true``), and the
-      hint prompt of the longest question fitting ``cpo.hint.max_prompt_length`` with an empty solution.
+    - with CPO on: what the run's teacher context reads from the files (``TeacherContext.needs``), in the training
+      rows. The gold solution (``gold_solution`` only): every row with ``on_missing=error``; the share of rows
+      without one is printed; none at all stops unless ``cpo.hint.allow_all_missing=true``; and the hint prompt of
+      the longest question fitting ``cpo.hint.max_prompt_length`` with an empty solution. Another column (the
+      answer of ``answer_only``): the share of rows without it is printed, none at all stops. A context that reads
+      nothing from the files (a successful sibling, the reward's feedback) has what it reads printed.
 
     Args:
         config: the composed run config.
@@ -230,8 +239,7 @@ def check_cpo_run(config, tokenizer=None) -> CPOConfig:
         for what, frames in (("data.train_files", train), ("data.val_files", val)):
             problems += overlong_prompt_problems(frames, tokenizer, int(data.max_prompt_length), what, chat_kwargs)
     if cpo_is_enabled(config):
-        hint = cpo_config.hint.resolve(data.max_prompt_length)
-        problems += _hint_data_problems(train, hint, tokenizer, chat_kwargs)
+        problems += _context_data_problems(train, cpo_config, data.max_prompt_length, tokenizer, chat_kwargs)
     if problems:
         raise PreflightError(
             f"CPO start-up check found {len(problems)} problem(s) in the data:\n"
@@ -249,6 +257,43 @@ def _load_tokenizer(config):
 
     trust_remote_code = config.actor_rollout_ref.model.get("trust_remote_code", False)
     return hf_tokenizer(path, trust_remote_code=trust_remote_code)
+
+
+def _context_data_problems(frames, cpo_config: CPOConfig, max_prompt_length: int, tokenizer, chat_kwargs) -> list[str]:
+    """Problems of the training rows for what the run's teacher context reads (``TeacherContext.needs``)."""
+    context = cpo_config.teacher_context
+    needs = context.needs(cpo_config)
+    for item in needs.step:
+        print(f"[cpo] teacher context {context.name}: reads, at each step, {item}.")
+    hint = cpo_config.hint.resolve(max_prompt_length)
+    problems = []
+    for column in needs.columns:
+        if column == f"extra_info.{hint.solution_key}":  # the hint prompt's own checks (solutions, prompt width)
+            problems += _hint_data_problems(frames, hint, tokenizer, chat_kwargs)
+        else:
+            problems += _column_problems(frames, column, context.name)
+    return problems
+
+
+def _column_problems(frames, column: str, context: str) -> list[str]:
+    """The training rows without ``column`` (dotted: ``reward_model.ground_truth``): their share is printed (those
+    rows get no teacher context); a file where no row has it is a problem."""
+    top, _, key = column.partition(".")
+    problems = []
+    for path, frame in frames:
+        values = frame[top] if top in frame else [None] * len(frame)
+        missing = sum(not mapping_text(value if isinstance(value, Mapping) else None, key) for value in values)
+        print(
+            f"[cpo] data.train_files: {path}: {missing} of {len(frame)} rows ({missing / max(len(frame), 1):.0%}) "
+            f"have no {column} (no teacher context on those rows: cpo.context={context})."
+        )
+        if len(frame) and missing == len(frame):
+            problems.append(
+                f"data.train_files: {path}: no row has {column}, which the teacher context {context} shows, so no "
+                "row would get one. Add the column, or choose another context with cpo.context="
+                f"{'|'.join(name for name in CONTEXTS if name != context)}."
+            )
+    return problems
 
 
 def _hint_data_problems(frames, hint: HintConfig, tokenizer, chat_kwargs) -> list[str]:

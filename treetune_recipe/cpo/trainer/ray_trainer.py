@@ -21,14 +21,16 @@ method's declaration (:mod:`treetune_recipe.cpo.methods.method`):
   ``set_loss_fn_with_teacher``, which binds the teacher's forward to it on each worker) and makes every actor update
   return the current-policy entropy the wrappers need.
 * ``_update_actor`` runs right after ``compute_advantage`` (where the reference inserted its block): it labels each
-  prompt group's difficulty and runs the method's teacher pass, then calls ``super()``:
+  prompt group's difficulty and runs the method's teacher pass, then calls ``super()``. Both passes build their
+  teacher rows with the run's context (``teacher.contexts``: ``cpo.context``, else the method's published one; the
+  gold solution, the answer, a successful sibling or the environment's feedback):
   - an advantage method (``teacher_pass="token"``): the rows whose shaped advantages read the hint
-    (``cpo.hint.rescore=needed``, ``rows_reading_hint``; ``all``: every row) are scored under the hint prompt by the
-    run's teacher (``gw_log_probs``; ``old_log_probs`` on the other rows);
-  - a distribution-level method: every row's teacher prompt (``teacher.contexts``: the gold solution or a successful
-    sibling) travels with the update's batch as token columns (``treetune_verl.update_teacher``), and the update runs
-    with the student's logits handed to the loss (``student_logits_in_update``), which runs the teacher's forward on
-    the same micro-batch, on the worker: no teacher pass before the update, no top-k tensor through the driver.
+    (``cpo.hint.rescore=needed``, ``rows_reading_hint``; ``all``: every row) are scored under the context's prompt by
+    the run's teacher (``gw_log_probs``; ``old_log_probs`` on the other rows and on the rows without a context);
+  - a distribution-level method: every row's teacher prompt travels with the update's batch as token columns
+    (``treetune_verl.update_teacher``), and the update runs with the student's logits handed to the loss
+    (``student_logits_in_update``), which runs the teacher's forward on the same micro-batch, on the worker: no
+    teacher pass before the update, no top-k tensor through the driver.
   The method's schedule sets the step's knobs; the teacher (:class:`treetune_recipe.cpo.teacher.weights.Teacher`)
   changes its weights before the reference pass (``refreshed``) or after an update that changed the actor (``ema``).
 * ``_compute_ref_log_prob`` first lets the teacher take the actor's weights when due, then runs verl's reference pass
@@ -64,8 +66,6 @@ from treetune_recipe.cpo.methods.cpo_wrappers import log_ratio, mutual_informati
 from treetune_recipe.cpo.methods.loss import CONTEXT_MASK, cpo_ppo_loss
 from treetune_recipe.cpo.methods.registry import rows_reading_hint
 from treetune_recipe.cpo.reports.credit_dump import maybe_dump_credit
-from treetune_recipe.cpo.teacher.contexts import build_teacher_batch, resolved_hint_config
-from treetune_recipe.cpo.teacher.hint import build_hint_batch
 from treetune_recipe.cpo.teacher.weights import Teacher
 from treetune_recipe.cpo.trainer.preflight import cpo_is_enabled
 from treetune_verl.checkpoint_saves import CompleteCheckpointsMixin
@@ -88,12 +88,17 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         self.method = self.cpo_config.method
         if self.cpo_enabled:
             data = self.config.data
-            self.hint_config = resolved_hint_config(
-                self.cpo_config.hint, self.method, data.max_prompt_length, data.max_response_length
+            # The teacher's context (cpo.context, else the method's published one) builds the rows of both teacher
+            # passes; its prompt limit is its own (teacher.contexts.TeacherContext.resolve_hint).
+            self.context = self.cpo_config.teacher_context
+            self.hint_config = self.context.resolve_hint(
+                self.cpo_config.hint, data.max_prompt_length, data.max_response_length
             )
             self.teacher = Teacher(self.cpo_config.teacher_config)
             self.installed_config: CPOConfig | None = None
-            print(f"[cpo] method: {self.method.describe()}")
+            print(f"[cpo] method: {self.method.describe(self.context.name, self.cpo_config.knobs)}")
+            source = "cpo.context" if self.cpo_config.context else f"published setting of {self.method.name}"
+            print(f"[cpo] teacher context: {self.context.name} ({source})")
             print(f"[cpo] teacher of the hinted pass: {self.teacher.name} ({self.teacher.config.describe()})")
 
     def init_workers(self):
@@ -222,7 +227,8 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         """Add the teacher's rows (``update_teacher.TEACHER_COLUMNS``: the context's prompt and the same response) and
         the context mask to ``batch``; the teacher's forward runs in the update, on the worker.
 
-        The teacher prompt of every row comes from the method's context (``teacher.contexts.build_teacher_batch``).
+        The teacher prompt of every row comes from the run's context (``teacher.contexts``, ``cpo.context`` or the
+        method's published one).
 
         Returns:
             ``(metrics, teacher_batch)``; metrics: the context's (``cpo/context_frac``, ``cpo/context_token_frac``),
@@ -232,15 +238,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         from treetune_verl.update_teacher import teacher_columns
 
         with marked_timer("cpo_teacher_context", timing):
-            teacher_batch, has_context, metrics = build_teacher_batch(
-                self.method,
-                self.cpo_config.knobs,
-                batch,
-                success=succeeded(seq_rewards, self.cpo_config.success_value),
-                tokenizer=self.tokenizer,
-                hint_config=self.hint_config,
-                chat_template_kwargs=self.config.data.get("apply_chat_template_kwargs", None),
-            )
+            teacher_batch, has_context, metrics = self._build_teacher_rows(batch, seq_rewards)
         batch.batch.update(teacher_columns(teacher_batch))
         batch.batch[CONTEXT_MASK] = has_context.float()
         response_mask = batch.batch["response_mask"]
@@ -260,10 +258,13 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         timing: dict[str, float],
         score_all: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float], DataProto | None]:
-        """``gw_log_probs`` of the batch: the rows that read them scored under the hint, ``old_log_probs`` elsewhere.
+        """``gw_log_probs`` of the batch: the rows that read them scored under the run's teacher context (the hint
+        prompt of the gold solution, the answer, a sibling or the feedback: ``teacher.contexts``), ``old_log_probs``
+        elsewhere.
 
-        Rows without a solution (``cpo.hint.on_missing=skip``) also keep their ``old_log_probs``: log-ratio 0. A step
-        where no row reads the hint runs neither the hint-batch build nor the hinted pass.
+        Rows without a context (no solution with ``cpo.hint.on_missing=skip``, no answer, no successful sibling, no
+        feedback) also keep their ``old_log_probs``: log-ratio 0. A step where no row reads the hint runs neither the
+        hint-batch build nor the hinted pass.
 
         Args:
             score_all: score every row, as with ``cpo.hint.rescore=all`` (credit-dump steps).
@@ -272,8 +273,8 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
             ``(gw_log_probs [B, T], scored_rows bool [B], metrics, hint_batch)``; ``scored_rows`` are the rows really
             scored under a hint prompt; ``metrics`` has ``cpo/hint_rows_frac``, ``cpo/hint_token_ratio`` (tokens of
             the hinted pass over tokens of the old-log-prob pass, both without padding; 0 without a pass) and, when
-            a pass ran, the hint-batch metrics; ``hint_batch`` holds the hint prompts of the selected rows (None when
-            no pass ran).
+            a pass ran, the context's metrics (``cpo/context_frac`` over the selected rows); ``hint_batch`` holds the
+            teacher prompts of the selected rows (None when no pass ran).
         """
         old_log_probs = batch.batch["old_log_probs"]
         if self.hint_config.rescore == "all" or score_all:
@@ -292,25 +293,32 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         if not rows.any():
             return gw_log_probs, scored_rows, metrics, None
 
-        selected = batch if rows.all() else batch.select_idxs(rows)
         with marked_timer("cpo_hint_batch", timing):
-            hint_batch, build_metrics = build_hint_batch(
-                selected,
-                self.tokenizer,
-                self.hint_config,
-                chat_template_kwargs=self.config.data.get("apply_chat_template_kwargs", None),
-            )
+            hint_batch, has_context, build_metrics = self._build_teacher_rows(batch, seq_rewards, rows=rows)
         with marked_timer("cpo_gw_log_prob", timing):
             hinted = self._score_hint_batch(hint_batch).to(old_log_probs.device)
-        hint_missing = torch.as_tensor(hint_batch.non_tensor_batch["hint_missing"].astype(bool))
-        hinted = torch.where(
-            hint_missing[:, None], selected.batch["old_log_probs"], hinted * selected.batch["response_mask"]
-        )
+        has_context = has_context.to(old_log_probs.device)
+        hinted = torch.where(has_context[:, None], hinted * batch.batch["response_mask"][rows], old_log_probs[rows])
         gw_log_probs[rows] = hinted
-        scored_rows[rows] = ~hint_missing
+        scored_rows[rows] = has_context.cpu()
         plain_tokens = batch.batch["attention_mask"].sum()
         metrics["cpo/hint_token_ratio"] = (hint_batch.batch["attention_mask"].sum() / plain_tokens).item()
         return gw_log_probs, scored_rows, {**metrics, **build_metrics}, hint_batch
+
+    def _build_teacher_rows(
+        self, batch: DataProto, seq_rewards: torch.Tensor, rows: torch.Tensor | None = None
+    ) -> tuple[DataProto, torch.Tensor, dict[str, float]]:
+        """The teacher rows of ``batch``'s rows ``rows`` (None: all) under the run's context
+        (``TeacherContext.build``): ``(teacher_batch, has_context bool [N], metrics)``."""
+        return self.context.build(
+            batch,
+            tokenizer=self.tokenizer,
+            hint_config=self.hint_config,
+            success=succeeded(seq_rewards, self.cpo_config.success_value),
+            cpo=self.cpo_config,
+            rows=rows,
+            chat_template_kwargs=self.config.data.get("apply_chat_template_kwargs", None),
+        )
 
     def _score_hint_batch(self, hint_batch: DataProto) -> torch.Tensor:
         """Log-probs ``[N, T]`` of the hint batch's responses under the run's teacher (the actor for ``policy``, verl's

@@ -91,3 +91,37 @@ def test_run_check_requires_solutions_only_when_the_hint_needs_them(tmp_path):
         )
     )
     check_cpo_run(cpo_config(*paths, f"data.train_files={no_solution}", "algorithm.adv_estimator=grpo"))
+
+
+def test_the_run_check_asks_what_the_runs_teacher_context_reads(tmp_path, capsys):
+    """SDPO's sibling reads nothing from the files and RLSD's answer reads ``reward_model.ground_truth``: training rows
+    without gold solutions pass for both. Control: the same rows are refused when the context is the gold solution."""
+    assets_dir = build_tiny_assets()
+    frame = pd.read_parquet(assets_dir / "data" / "train.parquet")
+    frame["extra_info"] = [{k: v for k, v in info.items() if k != "solution"} for info in frame["extra_info"]]
+    no_solution = tmp_path / "train.parquet"
+    frame.to_parquet(no_solution)
+    paths = (*tiny_run_overrides(assets_dir, tmp_path), f"data.train_files={no_solution}")
+
+    check_cpo_run(cpo_config(*paths, "cpo.wrap_method=sdpo"))
+    assert "teacher context successful_sibling: reads, at each step, a response of the same prompt group" in (
+        capsys.readouterr().out
+    )
+    check_cpo_run(cpo_config(*paths, "cpo.wrap_method=rlsd"))
+    assert f"0 of {len(frame)} rows (0%) have no reward_model.ground_truth" in capsys.readouterr().out
+    for method in ("sdpo", "rlsd"):
+        with pytest.raises(ValueError, match=r"extra_info.solution is missing .*: row 0, row 1"):
+            check_cpo_run(cpo_config(*paths, f"cpo.wrap_method={method}", "cpo.context=gold_solution"))
+
+
+def test_a_file_where_no_row_has_the_contexts_column_is_refused():
+    from treetune_recipe.cpo.config import CPOConfig
+    from treetune_recipe.cpo.trainer.preflight import _context_data_problems
+
+    frame = pd.DataFrame({"reward_model": [{"style": "rule", "ground_truth": ""}, None], "extra_info": [{}, {}]})
+    cpo = CPOConfig(wrap_method="rlsd")
+    (problem,) = _context_data_problems([("train.parquet", frame)], cpo, 96, None, None)
+    assert "no row has reward_model.ground_truth, which the teacher context answer_only shows" in problem
+    assert "cpo.context=gold_solution|successful_sibling|environment_feedback" in problem
+    frame["reward_model"] = [{"style": "rule", "ground_truth": ""}, {"style": "rule", "ground_truth": "4"}]
+    assert _context_data_problems([("train.parquet", frame)], cpo, 96, None, None) == []

@@ -30,8 +30,11 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
 from treetune_recipe.cpo.config import CPOConfig
+from treetune_recipe.cpo.methods.advantage_terms import succeeded
 from treetune_recipe.cpo.methods.registry import get_cpo_wrapper, rows_reading_hint
+from treetune_recipe.cpo.teacher.contexts import build_sibling_batch, sibling_text
 from treetune_recipe.cpo.teacher.hint import build_hint_batch
+from treetune_recipe.cpo.teacher.sibling import choose_successful_siblings
 from treetune_recipe.cpo.teacher.weights import Teacher
 from treetune_recipe.cpo.trainer import ray_trainer
 from treetune_tests.support.cpo_trainer import FakeActorGroup, fake_log_probs, make_trainer, rollout_batch
@@ -62,13 +65,25 @@ def shaped_advantages(trainer, inputs: dict) -> torch.Tensor:
     )
 
 
-def expected_gw(trainer, batch: DataProto) -> torch.Tensor:
-    """gw_log_probs of every row, computed directly: the fake actor on the full hint batch, masked by the response."""
-    hint_batch, _ = build_hint_batch(batch, trainer.tokenizer, trainer.hint_config)
+def teacher_rows(trainer, batch: DataProto, seq_rewards: torch.Tensor):
+    """Every row's teacher batch under the run's context, built directly (``(teacher_batch, has_context, metrics)``)."""
+    return trainer.cpo_config.teacher_context.build(
+        batch,
+        tokenizer=trainer.tokenizer,
+        hint_config=trainer.hint_config,
+        success=succeeded(seq_rewards, trainer.cpo_config.success_value),
+        cpo=trainer.cpo_config,
+    )
+
+
+def expected_gw(trainer, batch: DataProto, seq_rewards: torch.Tensor) -> torch.Tensor:
+    """gw_log_probs of every row, computed directly: the fake actor on the full teacher batch, masked by the response
+    (``old_log_probs`` on a row without a context)."""
+    hint_batch, has_context, _ = teacher_rows(trainer, batch, seq_rewards)
     td = left_right_2_no_padding(hint_batch.to_tensordict())
     per_row = [fake_log_probs(ids) for ids in td["input_ids"].unbind()]
     log_probs = no_padding_2_padding(torch.nested.as_nested_tensor(per_row, layout=torch.jagged), td)
-    return log_probs * batch.batch["response_mask"]
+    return torch.where(has_context[:, None], log_probs * batch.batch["response_mask"], batch.batch["old_log_probs"])
 
 
 SETUPS = {
@@ -82,7 +97,9 @@ WRAPPERS = {
     "mi_unify": ["cpo.wrap_method=mi_unify", "cpo.pos_alpha=0.2", "cpo.neg_alpha=0.5"],
     # (opsd_token reads every row: nothing for `needed` to leave out). The teacher does not choose the rows; the
     # policy teacher keeps the pass on the fake actor group (test_a_reference_teacher_... covers the reference).
+    # RLSD's published context is the answer; the gold solution, a sibling: cpo.context.
     "rlsd": ["cpo.wrap_method=rlsd", "cpo.teacher=policy"],
+    "rlsd-sibling": ["cpo.wrap_method=rlsd", "cpo.teacher=policy", "cpo.context=successful_sibling"],
 }
 
 
@@ -116,7 +133,9 @@ def test_needed_and_all_give_identical_loss_inputs_and_shaped_advantages(monkeyp
         shaped_advantages(trainer, inputs_needed), shaped_advantages(trainer, inputs_all), rtol=0, atol=0
     )
     # The rows were scattered back where they belong (checked against a direct computation, not the trainer's).
-    torch.testing.assert_close(inputs_all["gw_log_probs"], expected_gw(trainer, batch), rtol=0, atol=0)
+    torch.testing.assert_close(
+        inputs_all["gw_log_probs"], expected_gw(trainer, batch, inputs_all["seq_rewards"]), rtol=0, atol=0
+    )
 
     # Only the selected rows (plus the padding verl needs) went through the hinted pass.
     group = SETUPS[setup]["dp_size"] * (1 if SETUPS[setup]["dynamic"] else SETUPS[setup]["micro_batch_size"])
@@ -126,7 +145,7 @@ def test_needed_and_all_give_identical_loss_inputs_and_shaped_advantages(monkeyp
     assert metrics_all["cpo/hint_rows_frac"] == 1.0
     assert metrics_needed["cpo/hint_rows_frac"] == pytest.approx(rows.float().mean().item())
     # Tokens scored under the hint over tokens of the old-log-prob pass (hint prompts are longer than plain ones).
-    hint_tokens = build_hint_batch(batch, trainer.tokenizer, trainer.hint_config)[0].batch["attention_mask"].sum(-1)
+    hint_tokens = teacher_rows(trainer, batch, inputs_all["seq_rewards"])[0].batch["attention_mask"].sum(-1)
     plain_tokens = batch.batch["attention_mask"].sum()
     assert metrics_all["cpo/hint_token_ratio"] == pytest.approx((hint_tokens.sum() / plain_tokens).item())
     assert metrics_needed["cpo/hint_token_ratio"] == pytest.approx((hint_tokens[rows].sum() / plain_tokens).item())
@@ -270,3 +289,58 @@ def test_the_hinted_pass_leaves_the_callers_hint_batch_in_row_order(monkeypatch,
     assert sorted(hint_batch.non_tensor_batch) == sorted(before.non_tensor_batch)
     for key, values in before.non_tensor_batch.items():
         assert list(hint_batch.non_tensor_batch[key]) == list(values), key
+
+
+def valid_prompt(batch: DataProto, row: int) -> list[int]:
+    width = batch.batch["prompts"].shape[1]
+    return batch.batch["prompts"][row][batch.batch["attention_mask"][row, :width].bool()].tolist()
+
+
+@pytest.mark.parametrize("context", ["successful_sibling", "gold_solution"])
+def test_an_advantage_methods_pass_scores_its_rows_under_the_selected_context(monkeypatch, context):
+    """The advantage methods' pass built the gold-solution hint prompt whatever the context (a latent bug): with
+    ``cpo.context=successful_sibling`` RLSD's rows are scored under SDPO's re-prompt holding a successful sibling's
+    response. Control: with ``cpo.context=gold_solution`` the same assertion fails, the prompts hold the gold
+    solution."""
+    trainer = make_trainer(monkeypatch, "cpo.wrap_method=rlsd", "cpo.teacher=policy", f"cpo.context={context}")
+    batch = rollout_batch(trainer)
+    scored, score = [], trainer._score_hint_batch
+    monkeypatch.setattr(trainer, "_score_hint_batch", lambda hint_batch: scored.append(hint_batch) or score(hint_batch))
+    inputs, metrics = run_update(trainer, batch, "needed")
+    (received,) = scored  # one teacher pass, on the rows that read it
+    rows = rows_reading_hint(
+        "rlsd",
+        seq_rewards=inputs["seq_rewards"],
+        difficulty=inputs["difficulty"],
+        cfg=trainer.cpo_config,
+        advantages=inputs["advantages"],
+    )
+    picked = rows.nonzero().flatten().tolist()
+    # A != 0: the mixed group's 4 rows (2 correct) and the all-wrong group's 4 (dense rewards), which has no success.
+    assert len(received) == len(picked) == 8
+
+    success = succeeded(inputs["seq_rewards"], trainer.cpo_config.success_value).numpy()
+    every_sibling = choose_successful_siblings(batch.non_tensor_batch["uid"], success)
+    siblings = every_sibling[picked]
+    assert (siblings >= 0).sum() == 4
+    sibling_batch, _, _ = build_sibling_batch(batch, every_sibling, trainer.tokenizer, max_prompt_length=10_000)
+    prompts = [valid_prompt(received, i) for i in range(len(received))]
+    responses, mask = batch.batch["responses"], batch.batch["response_mask"].bool()
+    texts = [trainer.tokenizer.decode(ids) for ids in prompts]
+    with_sibling = [
+        (text, sibling_text(trainer.tokenizer, responses[j][mask[j]].tolist()))
+        for text, j in zip(texts, siblings)
+        if j >= 0
+    ]
+
+    # The assertion: the scorer received the sibling builder's prompts, holding each row's sibling response.
+    under_sibling = prompts == [valid_prompt(sibling_batch, row) for row in picked] and all(
+        "Correct solution:" in text and sibling in text for text, sibling in with_sibling
+    )
+    assert under_sibling == (context == "successful_sibling"), texts
+    if context == "gold_solution":  # the control: every row's prompt holds its problem's gold solution instead
+        solutions = [batch.non_tensor_batch["extra_info"][row]["solution"] for row in picked]
+        assert all(solution in text for solution, text in zip(solutions, texts))
+        assert metrics["cpo/context_frac"] == 1.0
+    else:  # the all-wrong group has no sibling: those rows keep old_log_probs
+        assert metrics["cpo/context_frac"] == 0.5

@@ -11,12 +11,14 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""SDPO's teacher context: which successful sibling each row gets, thinking stripped, the teacher's message text."""
+"""SDPO's teacher context: which successful sibling each row gets, thinking stripped, the teacher's message text, and
+its environment-feedback section (lasgroup's wording and rules)."""
 
 import numpy as np
 import pytest
 import torch
 
+from treetune_recipe.cpo.teacher.feedback import feedback_teacher_message, row_feedback
 from treetune_recipe.cpo.teacher.sibling import choose_successful_siblings, sibling_teacher_message, strip_thinking
 
 
@@ -97,3 +99,20 @@ def test_teacher_message_published_wording():
 def test_teacher_message_keeps_braces_in_texts_verbatim():
     message = sibling_teacher_message("Prove {x} {prompt}", "{solution} \\frac{1}{2}")
     assert message.startswith("Prove {x} {prompt}\nCorrect solution:\n\n{solution} \\frac{1}{2}\n\n")
+
+
+def test_feedback_is_a_non_blank_string_kept_as_it_is():
+    assert row_feedback("  Test 2 failed.\n") == "  Test 2 failed.\n"  # lasgroup checks strip() but keeps the text
+    assert [row_feedback(value) for value in ("", "  \n", None, 3, float("nan"))] == [None] * 5
+
+
+def test_feedback_message_published_wording_and_rules():
+    prompt, solution, feedback = "What is 2+2?", "2+2=4, so \\boxed{4}.", "Your answer 5 is wrong {x}."
+    section = "\nThe following is feedback from your unsuccessful earlier attempt:\n\n" + feedback
+    end = "\n\nCorrectly solve the original question."
+    assert feedback_teacher_message(prompt, feedback, None) == prompt + section + end
+    # environment_feedback_only_without_solution (published True): a row with a solution shows it alone.
+    assert feedback_teacher_message(prompt, feedback, solution) == sibling_teacher_message(prompt, solution)
+    both = feedback_teacher_message(prompt, feedback, solution, only_without_solution=False)
+    assert both == prompt + "\nCorrect solution:\n\n" + solution + section + end
+    assert feedback_teacher_message(prompt, None, None) is None  # neither: the plain prompt, no context

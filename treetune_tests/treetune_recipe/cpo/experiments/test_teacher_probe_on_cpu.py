@@ -12,7 +12,8 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """The probe of SDPO's teacher prompt (``treetune_recipe/cpo/experiments/teacher_probe.py``): the step boundaries it
-reads, the position its probabilities come from, and that its gold and empty contexts use the recipe's own wrapper."""
+reads, the position its probabilities come from, that its gold and empty contexts use the recipe's own wrapper, and
+that it builds one prompt kind per registered context that gives a row a context."""
 
 import pytest
 import torch
@@ -93,20 +94,16 @@ def test_mass_is_read_at_the_distribution_that_predicts_the_response_token(tiny)
 
 
 def test_gold_and_empty_contexts_use_the_recipes_sibling_wrapper(tiny):
-    import treetune_recipe.cpo.methods.registry  # noqa: F401
-    from treetune_recipe.cpo.methods.method import registered_method
-    from treetune_recipe.cpo.teacher.contexts import build_teacher_batch, sibling_text
+    from treetune_recipe.cpo.teacher.contexts import get_context, sibling_text
     from treetune_recipe.cpo.teacher.hint import HintConfig
     from treetune_recipe.cpo.teacher.sibling import choose_successful_siblings
 
     tokenizer, _, raw, solutions = tiny
     batch, _ = _batch(tokenizer, raw, solutions)
     success = torch.tensor([True, False, True, False])  # row 0 and row 2 are the groups' successes
-    method = registered_method("sdpo")
-    recipe, has_context, _ = build_teacher_batch(
-        method, method.knobs(), batch, success=success, tokenizer=tokenizer,
-        hint_config=HintConfig(max_prompt_length=512), chat_template_kwargs=None,
-    )  # fmt: skip
+    recipe, has_context, _ = get_context("successful_sibling").build(
+        batch, success=success, tokenizer=tokenizer, hint_config=HintConfig(max_prompt_length=512)
+    )
     siblings = choose_successful_siblings(batch.non_tensor_batch["uid"], success.numpy())
     responses, mask = batch.batch["responses"], batch.batch["response_mask"].bool()
     texts = [sibling_text(tokenizer, responses[s][mask[s]].tolist()) if s >= 0 else None for s in siblings]
@@ -138,3 +135,38 @@ def test_table_has_one_row_per_prompt_kind():
         "| plain (student) | 0.000 | 0.000 | 20.0 | 2.00 | 0.500 |",
         "| sibling | 0.100 | 0.200 | 20.0 | 2.00 | 0.500 |",
     ]
+
+
+def test_the_probe_builds_every_registered_context_that_gives_a_row_one(tiny):
+    import numpy as np
+
+    from treetune_recipe.cpo.experiments.teacher_probe import chat_ids, context_batches
+    from treetune_recipe.cpo.teacher.contexts import CONTEXTS, get_context
+    from treetune_recipe.cpo.teacher.hint import HintConfig
+
+    tokenizer, _, raw, solutions = tiny
+    rows = ((0, 0), (0, 1), (1, 1), (1, 0))
+    ids = [tokenizer(s, add_special_tokens=False)["input_ids"] for s in solutions]
+    responses = [ids[r][: 6 + 3 * k] + [tokenizer.eos_token_id] for k, (_, r) in enumerate(rows)]
+    batch = pack_batch(
+        tokenizer,
+        [chat_ids(tokenizer, raw[g]) for g, _ in rows],
+        responses,
+        [raw[g] for g, _ in rows],
+        [g for g, _ in rows],
+        extra_infos=[{"solution": solutions[g]} for g, _ in rows],
+        reward_models=[{"style": "rule", "ground_truth": str(7 + g)} for g, _ in rows],
+    )
+    success, hint = torch.tensor([True, False, True, False]), HintConfig(max_prompt_length=512)
+    built = context_batches(batch, success, tokenizer, hint)
+    # The task's reward returns no feedback: every other registered context is built, in the registry's order.
+    assert list(built) == [name for name in CONTEXTS if name != "environment_feedback"]
+    for name, (teacher_batch, has_context) in built.items():  # each the trainer's call, as built alone
+        alone, alone_context, _ = get_context(name).build(batch, tokenizer=tokenizer, hint_config=hint, success=success)
+        assert torch.equal(teacher_batch.batch["input_ids"], alone.batch["input_ids"]) and torch.equal(
+            has_context, alone_context
+        ), name
+    assert "The correct answer to this problem is: 7" in tokenizer.decode(prompt_of(built["answer_only"][0], 0))
+    # With feedback in the reward's extra info the feedback context is built too.
+    batch.non_tensor_batch["feedback"] = np.array(["Off by one.", None, None, None], dtype=object)
+    assert "environment_feedback" in context_batches(batch, success, tokenizer, hint)
