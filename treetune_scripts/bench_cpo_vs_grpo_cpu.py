@@ -76,7 +76,7 @@ RUNS = {
 # Each published peer with its own settings (the recipe applies a method's run settings when it is selected).
 RUNS.update(
     {
-        name: ["algorithm.adv_estimator=cpo", f"cpo.wrap_method={name}"]
+        name: ["algorithm.adv_estimator=cpo", f"cpo.method={name}"]
         for name in ("rlsd", "opsd", "opsd_token", "sdpo")
     }
 )

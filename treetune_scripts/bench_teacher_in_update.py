@@ -15,8 +15,8 @@
 
 Runs one after the other, on the tiny config of ``bench_cpo_vs_grpo_cpu`` (its ``COMMON_OVERRIDES``: dynamic batch
 sizes and the ``compute_score_half_correct`` reward, so that SDPO has correct responses to learn from): ``grpo``
-(``algorithm.adv_estimator=grpo``), ``opsd_k0`` and ``opsd_k50`` (``cpo.wrap_method=opsd``, ``cpo.opsd.top_k`` 0,
-the full vocabulary, or 50) and ``sdpo_k100`` (``cpo.wrap_method=sdpo cpo.sdpo.top_k=100``), each method with its
+(``algorithm.adv_estimator=grpo``), ``opsd_k0`` and ``opsd_k50`` (``cpo.method=opsd``, ``cpo.opsd.top_k`` 0,
+the full vocabulary, or 50) and ``sdpo_k100`` (``cpo.method=sdpo cpo.sdpo.top_k=100``), each method with its
 published run settings, at two shapes: ``demo`` (the CPU profile's ``data.train_batch_size``, its ``rollout.n``) and
 ``x8`` (``data.train_batch_size=32``, 8x the prompts). Per run, over the steps after ``--warmup``: the median
 ``timing_s/step`` and its ratio to ``grpo`` at the same shape, the median of verl's reference pass
@@ -47,9 +47,9 @@ from treetune_scripts.bench_cpo_vs_grpo_cpu import COMMON_OVERRIDES, run_once, s
 CPO = "algorithm.adv_estimator=cpo"
 RUNS = {
     "grpo": ["algorithm.adv_estimator=grpo"],
-    "opsd_k0": [CPO, "cpo.wrap_method=opsd", "cpo.opsd.top_k=0"],
-    "opsd_k50": [CPO, "cpo.wrap_method=opsd", "cpo.opsd.top_k=50"],
-    "sdpo_k100": [CPO, "cpo.wrap_method=sdpo", "cpo.sdpo.top_k=100"],
+    "opsd_k0": [CPO, "cpo.method=opsd", "cpo.opsd.top_k=0"],
+    "opsd_k50": [CPO, "cpo.method=opsd", "cpo.opsd.top_k=50"],
+    "sdpo_k100": [CPO, "cpo.method=sdpo", "cpo.sdpo.top_k=100"],
 }
 SHAPES = {"demo": [], "x8": ["data.train_batch_size=32"]}
 BASELINE = "grpo"

@@ -176,7 +176,7 @@ def teacher_of(method: str | None):
     from treetune_recipe.cpo.config import CPOConfig
 
     wrapper, *settings = method.removeprefix("cpo:").split("@")
-    fields = {"wrap_method": wrapper}
+    fields = {"method": wrapper}
     for setting in settings:
         key, value = setting.split("=", 1)
         fields[key] = yaml.safe_load(value)

@@ -15,7 +15,7 @@
 
 Entry point ``main_cpo`` (Hydra config ``config/cpo_trainer.yaml``) runs upstream ``run_ppo`` with ``CPOTaskRunner``,
 which trains with ``RayCPOTrainer`` (``trainer.ray_trainer``: difficulty labels, hint batch from ``teacher.hint``,
-hinted log-probs). On the workers ``methods.loss`` shapes the advantages with the wrapper chosen by ``cpo.wrap_method``
+hinted log-probs). On the workers ``methods.loss`` shapes the advantages with the wrapper chosen by ``cpo.method``
 (``methods.cpo_wrappers``) and the token selection of ``cpo.loss_position`` (``methods.core_algos``, which also
 registers the ``cpo`` advantage estimator), then calls upstream ``ppo_loss``. ``config`` validates the ``cpo`` block,
 ``preflight`` checks a run before Ray starts, ``reports.credit_dump`` writes per-token credit and ``credit_report``

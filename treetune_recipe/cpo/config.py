@@ -79,7 +79,7 @@ class CPOConfig(MethodBlocks):
     (:meth:`from_config`, by the start-up checks), and handed to the trainer; only a method's schedule gives a step
     other knobs (:meth:`at_step`). Each CPO wrapper's docstring (``methods/cpo_wrappers.py``) is its formula."""
 
-    wrap_method: str = field(
+    method: str = field(
         default="seq_kl",
         metadata={"help": "The method: one of the registered methods (treetune_recipe/cpo/methods/registry.py)."},
     )
@@ -186,12 +186,12 @@ class CPOConfig(MethodBlocks):
         init=False,
         repr=False,
         compare=False,
-        metadata={"help": "The resolved teacher (from teacher, its rate keys and wrap_method); not a key."},
+        metadata={"help": "The resolved teacher (from teacher, its rate keys and method); not a key."},
     )
 
     def __post_init__(self):
         check_field_types(self, "cpo")
-        _check_choice("wrap_method", self.wrap_method, all_methods())
+        _check_choice("method", self.method, all_methods())
         _check_choice("loss_position", self.loss_position, LOSS_POSITIONS)
         _check_choice("difficulty_mode", self.difficulty_mode, DIFFICULTY_MODES)
         if self.token_loss_agg is not None:
@@ -210,23 +210,23 @@ class CPOConfig(MethodBlocks):
             _check_choice("context", self.context, CONTEXTS)
         if self.teacher_refresh_steps < 1:
             raise ValueError(f"cpo.teacher_refresh_steps must be an integer >= 1, got {self.teacher_refresh_steps!r}.")
-        published = self.method.published_teacher
+        published = self.selected_method.published_teacher
         self.teacher_config = TeacherConfig(
             name=self.teacher or published,
-            source="cpo.teacher" if self.teacher else f"published setting of {self.wrap_method}",
+            source="cpo.teacher" if self.teacher else f"published setting of {self.method}",
             refresh_steps=self.teacher_refresh_steps,
             ema_rate=self.teacher_ema_rate,
         )
 
     @property
-    def method(self) -> Method:
-        """The selected method (``cpo.wrap_method``)."""
-        return get_method(self.wrap_method)
+    def selected_method(self) -> Method:
+        """The selected method's declaration (``cpo.method``)."""
+        return get_method(self.method)
 
     @property
     def context_name(self) -> str:
         """The teacher's context of the run: ``cpo.context``, or the method's published one when null."""
-        return self.context or self.method.context
+        return self.context or self.selected_method.context
 
     @property
     def teacher_context(self) -> TeacherContext:
@@ -235,26 +235,26 @@ class CPOConfig(MethodBlocks):
 
     @property
     def knobs(self) -> Any:
-        """The selected method's own block (``cpo.<wrap_method>``), or None when it has no knobs."""
-        return getattr(self, self.wrap_method) if self.method.knobs is not None else None
+        """The selected method's own block (``cpo.<method>``), or None when it has no knobs."""
+        return getattr(self, self.method) if self.selected_method.knobs is not None else None
 
     @property
     def distillation_agg(self) -> str:
         """How the distillation term is averaged: ``token_loss_agg``, or the method's published way when null."""
-        return self.token_loss_agg or self.method.token_loss_agg
+        return self.token_loss_agg or self.selected_method.token_loss_agg
 
     @property
     def topk(self) -> int | None:
         """k of the selected method's top-k teacher pass (0: every id), or None for a sampled-token method."""
-        return self.method.topk(self.knobs)
+        return self.selected_method.topk(self.knobs)
 
     def at_step(self, step: int, total_steps: int) -> tuple[CPOConfig, dict[str, float]]:
         """This config with the method's knobs of training step ``step`` of ``total_steps`` (its schedule), and the
         schedule's metrics."""
-        if self.method.schedule is None:
+        if self.selected_method.schedule is None:
             return self, {}
-        knobs, metrics = self.method.step_knobs(self.knobs, step, total_steps)
-        return dataclasses.replace(self, **{self.wrap_method: knobs}), metrics
+        knobs, metrics = self.selected_method.step_knobs(self.knobs, step, total_steps)
+        return dataclasses.replace(self, **{self.method: knobs}), metrics
 
     def to_block(self) -> dict[str, Any]:
         """The plain ``cpo`` block of this object (every key, nested blocks as mappings): what the driver hands on."""
@@ -278,9 +278,15 @@ class CPOConfig(MethodBlocks):
         return dataclass_from_block(cls, config, "cpo")
 
 
+#: Renamed shared ``cpo.*`` keys: old key -> new key (the table of renames: ``agent-docs/development-guide.md``).
+SHARED_ALIASES = {"wrap_method": "method"}
+
+
 def method_aliases() -> dict[str, str]:
-    """Renamed ``cpo.*`` keys: old dotted key -> new dotted key (``rlsd_lambda`` -> ``rlsd.mix_lambda``)."""
-    return {old: f"{name}.{new}" for name, method in all_methods().items() for old, new in method.aliases.items()}
+    """Renamed ``cpo.*`` keys: old dotted key -> new dotted key (``wrap_method`` -> ``method``, ``rlsd_lambda`` ->
+    ``rlsd.mix_lambda``)."""
+    methods = {old: f"{name}.{new}" for name, method in all_methods().items() for old, new in method.aliases.items()}
+    return {**SHARED_ALIASES, **methods}
 
 
 def _translate_alias_keys(block: dict) -> dict:
@@ -288,9 +294,12 @@ def _translate_alias_keys(block: dict) -> dict:
     for old, new in method_aliases().items():
         if old in block:
             value = block.pop(old)
-            name, key = new.split(".")
             print(f"[cpo] cpo.{old} is now cpo.{new}; using {value!r} there.")
-            block[name] = {**dict(block.get(name) or {}), key: value}
+            name, _, key = new.rpartition(".")
+            if name:
+                block[name] = {**dict(block.get(name) or {}), key: value}
+            else:
+                block[key] = value
     return block
 
 
@@ -342,7 +351,7 @@ def apply_method_run_settings(config, user_overrides: list[str]) -> RunSettings:
     user_keys = {override_key(text) for text in user_overrides}
     parser = OverridesParser.create()
     done = RunSettings([], [])
-    for text in get_method(config.cpo.wrap_method).run_settings:
+    for text in get_method(config.cpo.method).run_settings:
         override = parser.parse_override(text)
         if override.key_or_group in user_keys:
             done.kept.append(text)

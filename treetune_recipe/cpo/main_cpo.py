@@ -15,7 +15,7 @@
 
     python -m treetune_recipe.cpo.main_cpo key=value ...                          # GPU, config cpo_trainer
     python -m treetune_recipe.cpo.main_cpo platform=cpu ...                       # CPU backend profile
-    python -m treetune_recipe.cpo.main_cpo -m cpo.wrap_method=seq_kl,mi3 ...      # sweep, one job after another
+    python -m treetune_recipe.cpo.main_cpo -m cpo.method=seq_kl,mi3 ...      # sweep, one job after another
 
 Any verl override works: the config inherits verl's ``ppo_trainer``. A ``cpo.*`` override of a key the block does
 not have (``cpo.x=1``, ``+cpo.x=1``) or of a value it refuses (``cpo.teacher=x``) stops before Hydra composes, with
@@ -47,9 +47,9 @@ def main(config) -> None:
     # command line sets the same key.
     settings = apply_method_run_settings(config, list(HydraConfig.get().overrides.task))
     if settings.applied:
-        print(f"[cpo] {config.cpo.wrap_method}: published run settings applied: {' '.join(settings.applied)}")
+        print(f"[cpo] {config.cpo.method}: published run settings applied: {' '.join(settings.applied)}")
     if settings.kept:
-        print(f"[cpo] {config.cpo.wrap_method}: your overrides kept over the published {' '.join(settings.kept)}")
+        print(f"[cpo] {config.cpo.method}: your overrides kept over the published {' '.join(settings.kept)}")
     try:
         check_run_config(config)
         cpo_config = check_cpo_run(config)

@@ -6,7 +6,7 @@ set -xeuo pipefail
 WRAPS=${WRAPS:-seq_kl,negonly_seq_kl,mi3}
 NEG_ALPHAS=${NEG_ALPHAS:-0.5,1.0}
 MULTIRUN=1 bash "$(dirname "$0")/run_cpo_qwen3-8b.sh" \
-    cpo.wrap_method="$WRAPS" \
+    cpo.method="$WRAPS" \
     cpo.neg_alpha="$NEG_ALPHAS" \
-    'trainer.experiment_name=qwen3_8b_cpo_${cpo.wrap_method}_neg${cpo.neg_alpha}' \
+    'trainer.experiment_name=qwen3_8b_cpo_${cpo.method}_neg${cpo.neg_alpha}' \
     "$@"

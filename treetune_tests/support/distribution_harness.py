@@ -144,7 +144,7 @@ def cpo_config(method: str, k: int | None = None, agg: str = "seq_mean", hybrid:
     block = {knob: 0.5} if k is None else {knob: 0.5, "top_k": k}
     if hybrid is not None:
         block |= {"policy_loss_mode": "hybrid", "distillation_weight": hybrid}
-    return CPOConfig.from_config({"wrap_method": method, method: block, "token_loss_agg": agg})
+    return CPOConfig.from_config({"method": method, method: block, "token_loss_agg": agg})
 
 
 def plain_and_hint_batches(model_path: Path, tokenizer, config) -> tuple[DataProto, DataProto]:

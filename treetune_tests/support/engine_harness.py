@@ -276,7 +276,7 @@ def engine_fixture(assets_dir: Path, *overrides: str):
 
     model_path = Path(assets_dir) / "model"
     config = compose_config(model_path, *UNCLIPPED, *overrides)
-    cpo = CPOConfig(wrap_method="mi3", pos_alpha=0.3, neg_alpha=0.5)
+    cpo = CPOConfig(method="mi3", pos_alpha=0.3, neg_alpha=0.5)
     with single_process_group():
         actor, actor_config = actor_worker(config, cpo)
         yield dict(

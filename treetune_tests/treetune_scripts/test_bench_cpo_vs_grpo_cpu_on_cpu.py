@@ -173,7 +173,7 @@ def test_experiment_shape_runs_the_regimes_methods_on_its_warm_start_and_prompts
         assert overrides[: -len(data) - 2] == cpo_vs_grpo.run_overrides(
             tmp_path, method, 0, cpo_vs_grpo.Schedule(3, -1, ()), False
         )
-    assert "cpo.wrap_method=sdpo" in launched["cpo:sdpo"][1]
+    assert "cpo.method=sdpo" in launched["cpo:sdpo"][1]
     out = capsys.readouterr().out
     assert "at the hard experiment's shape, 2 steps after 1 warm-up" in out
     header = next(line for line in out.splitlines() if line.startswith("seconds per step"))

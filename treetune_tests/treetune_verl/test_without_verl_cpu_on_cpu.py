@@ -107,7 +107,7 @@ def test_the_recipe_entry_point_builds_its_config_and_runs_its_gpu_preflight_wit
         "++ray_kwargs.ray_init.num_gpus=1",
         "++ray_kwargs.ray_init.num_cpus=8",
         f"trainer.default_local_dir={tmp_path / 'checkpoints'}",
-        "cpo.wrap_method=rlsd",  # a method with published run settings: the config is built as for a real run
+        "cpo.method=rlsd",  # a method with published run settings: the config is built as for a real run
     ]
     run = _python("-c", _MAIN_ON_AN_ACCELERATOR_HOST, *overrides, hide_verl_cpu=hide_verl_cpu)
     assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-3000:]

@@ -192,7 +192,7 @@ def method_overrides(method: str) -> list[str]:
     wrapper, *settings = method.removeprefix("cpo:").split("@")
     return [
         "algorithm.adv_estimator=cpo",
-        f"cpo.wrap_method={wrapper}",
+        f"cpo.method={wrapper}",
         *(f"cpo.{s}" for s in settings),
     ]
 

@@ -60,7 +60,7 @@ CPO_WRAPPERS: dict[str, CPOWrapper] = ADVANTAGE_WRAPPERS
 
 
 def register_cpo_wrapper(name: str, hint_rows: HintRowRule = every_row):
-    """Register an advantage wrapper as the CPO-family method ``name`` (``cpo.wrap_method``); a name can be
+    """Register an advantage wrapper as the CPO-family method ``name`` (``cpo.method``); a name can be
     registered once.
 
     A wrapper has the signature ``fn(advantages, *, gw_log_probs, old_log_probs, entropy, response_mask,

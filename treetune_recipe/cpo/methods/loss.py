@@ -16,7 +16,7 @@
 Installed by the trainer with
 ``actor_rollout_wg.set_loss_fn(functools.partial(cpo_ppo_loss, config=<ActorConfig>, cpo=<CPOConfig>))``; the
 partial is pickled by reference, so this module imports verl's worker modules only inside the function. A method
-(``cpo.wrap_method``, :class:`treetune_recipe.cpo.methods.method.Method`) declares up to three terms, each with its
+(``cpo.method``, :class:`treetune_recipe.cpo.methods.method.Method`) declares up to three terms, each with its
 own mask, and their weights at the step's knobs (``Method.weights``); :func:`cpo_ppo_loss` adds them:
 
 - the **policy term**: upstream ``ppo_loss`` (clipped PG, plus verl's KL and entropy terms) on a copy of the
@@ -84,7 +84,7 @@ def cpo_ppo_loss(config, model_output=None, data=None, dp_group=None, *, cpo, te
         return method_token_loss(student_logits, data, cpo, teacher)
     if tu.get_non_tensor_data(data=data, key=DUMP_TEACHER_TOP, default=0):
         return torch.zeros((), device=data["response_mask"].device), {}  # the credit dump's forward-only pass
-    method = cpo.method
+    method = cpo.selected_method
     weights = method.weights(cpo.knobs)
     loss, metrics = policy_term(config, model_output, data, dp_group, cpo, weights.policy)
     aggregation = metrics["actor/pg_loss"].aggregation  # how verl sums this micro-batch's losses into the step's
@@ -112,7 +112,7 @@ def policy_term(config, model_output, data, dp_group, cpo, weight: float):
     from verl.workers.utils.losses import ppo_loss
     from verl.workers.utils.padding import no_padding_2_padding
 
-    method = cpo.method
+    method = cpo.selected_method
     advantages, response_mask = data["advantages"], data["response_mask"]
     shaped_metrics = {}
     if method.policy == "shaped":
@@ -183,23 +183,25 @@ def method_token_loss(student_logits: torch.Tensor, data, cpo, teacher) -> dict[
 
     if teacher is None:
         raise RuntimeError(
-            f"cpo_ppo_loss: cpo.wrap_method={cpo.wrap_method} needs the teacher's forward in the update; install the "
+            f"cpo_ppo_loss: cpo.method={cpo.method} needs the teacher's forward in the update; install the "
             "loss with the worker's set_loss_fn_with_teacher (the CPO trainer does)."
         )
     missing = [key for key in DISTRIBUTION_BATCH_KEYS if key not in data.keys()]
     if missing:
         raise KeyError(
-            f"cpo_ppo_loss: cpo.wrap_method={cpo.wrap_method}: the batch lacks {missing} (the CPO trainer "
+            f"cpo_ppo_loss: cpo.method={cpo.method}: the batch lacks {missing} (the CPO trainer "
             "adds them with the teacher's columns)."
         )
     shown = int(tu.get_non_tensor_data(data=data, key=DUMP_TEACHER_TOP, default=0) or 0)
     packed, index, valid = response_index(student_logits, data)
-    if not shown and not cpo.method.weights(cpo.knobs).distillation:  # the term is off at these knobs: no teacher
+    if (
+        not shown and not cpo.selected_method.weights(cpo.knobs).distillation
+    ):  # the term is off at these knobs: no teacher
         return {TOKEN_LOSS: scatter_response_values(packed.new_zeros(index.shape[0], dtype=torch.float32), data)}
     teacher_rows = teacher(data)
     if not torch.equal(valid.cpu(), teacher_rows.valid.cpu()):
         raise ValueError("the teacher's rows and the student's hold different response tokens")
-    per_token = distribution_token_loss(cpo.method, cpo.knobs, cpo.topk, packed, index, teacher_rows.logits)
+    per_token = distribution_token_loss(cpo.selected_method, cpo.knobs, cpo.topk, packed, index, teacher_rows.logits)
     outputs = {TOKEN_LOSS: scatter_response_values(per_token, data)}
     if shown:
         with torch.no_grad():
@@ -289,11 +291,11 @@ def distillation_term(config, model_output: dict, data, cpo, aggregation):
 
     if TOKEN_LOSS not in model_output:
         raise KeyError(
-            f"cpo_ppo_loss: cpo.wrap_method={cpo.wrap_method} needs the student's logits in the update, but the engine "
+            f"cpo_ppo_loss: cpo.method={cpo.method} needs the student's logits in the update, but the engine "
             f"returned no {TOKEN_LOSS!r}: the update must run with distillation_use_topk (the CPO trainer's "
             "student_logits_in_update) on verl 0.9.1's FSDP engine without fused kernels."
         )
-    distillation = cpo.method.distillation
+    distillation = cpo.selected_method.distillation
     response_mask = data["response_mask"]
     context = data[CONTEXT_MASK].to(response_mask.dtype)[:, None] * torch.ones_like(response_mask)
     if distillation.gate is not None:
@@ -329,10 +331,10 @@ def reference_term(config, model_output: dict, data, cpo, aggregation):
 
     if "ref_log_prob" not in data.keys():
         raise KeyError(
-            f"cpo_ppo_loss: cpo.wrap_method={cpo.wrap_method} has a reference term but the batch has no ref_log_prob "
+            f"cpo_ppo_loss: cpo.method={cpo.method} has a reference term but the batch has no ref_log_prob "
             "(verl's reference pass; the CPO trainer runs it for such a method)."
         )
-    reference = cpo.method.reference
+    reference = cpo.selected_method.reference
     log_probs = no_padding_2_padding(model_output["log_probs"], data)
     penalty = reference.penalty(log_probs - data["ref_log_prob"], cpo.knobs)
     loss = agg_loss(

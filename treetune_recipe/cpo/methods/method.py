@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""What a method declares: :class:`Method`, one per ``cpo.wrap_method``, and the terms its loss is composed of.
+"""What a method declares: :class:`Method`, one per ``cpo.method``, and the terms its loss is composed of.
 
 A method's loss is the sum of up to three terms, each declared here and each with its own token mask; the config, the
 preflight, the trainer, the loss and the experiment read these declarations and never name a method:
@@ -102,7 +102,7 @@ class TermWeights(NamedTuple):
 
 @dataclass(frozen=True)
 class Method:
-    """One method of the recipe, selected by ``cpo.wrap_method=<name>``.
+    """One method of the recipe, selected by ``cpo.method=<name>``.
 
     Attributes:
         name: the selector value.
@@ -259,5 +259,5 @@ def register_method(method: Method) -> Method:
 def registered_method(name: str) -> Method:
     """The method registered as ``name`` so far; ValueError listing the valid names otherwise."""
     if name not in METHODS:
-        raise ValueError(f"Unknown cpo.wrap_method {name!r}. Valid names: {', '.join(METHODS)}.")
+        raise ValueError(f"Unknown cpo.method {name!r}. Valid names: {', '.join(METHODS)}.")
     return METHODS[name]

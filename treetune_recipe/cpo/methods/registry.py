@@ -46,7 +46,7 @@ CPO_WRAPPERS = ADVANTAGE_WRAPPERS
 
 
 def get_method(name: str) -> Method:
-    """The method selected by ``cpo.wrap_method=<name>``; ValueError listing the valid names otherwise."""
+    """The method selected by ``cpo.method=<name>``; ValueError listing the valid names otherwise."""
     return registered_method(name)
 
 
@@ -56,14 +56,14 @@ def all_methods() -> dict[str, Method]:
 
 
 def rows_reading_hint(
-    wrap_method: str,
+    name: str,
     *,
     seq_rewards: torch.Tensor,
     difficulty: torch.Tensor,
     cfg,
     advantages: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The rows whose shaped advantages depend on ``gw_log_probs`` under ``wrap_method`` and ``cfg``.
+    """The rows whose shaped advantages depend on ``gw_log_probs`` under method ``name`` and ``cfg``.
 
     On every other row the wrapper's output is bit-for-bit the same whatever ``gw_log_probs`` holds there, so the
     trainer scores only these rows under the hint prompt (``cpo.hint.rescore=needed``) and gives the others
@@ -71,7 +71,7 @@ def rows_reading_hint(
     method reads every row.
 
     Args:
-        wrap_method: a registered method name.
+        name: a registered method name.
         seq_rewards: ``[B]`` sequence rewards (correct means r == ``cfg.success_value``, as in the wrappers).
         difficulty: ``[B]`` difficulty labels (-1, 0, +1).
         cfg: any object with ``pos_alpha``, ``neg_alpha`` (and ``cpo_lambda``, ``success_value``), as for the
@@ -81,7 +81,7 @@ def rows_reading_hint(
     Returns:
         bool ``[B]``.
     """
-    method = registered_method(wrap_method)
+    method = registered_method(name)
     rows = CPORows(seq_rewards, difficulty, advantages, success_value_of(cfg))
     if method.hint_rows is None:
         return rows.every
@@ -93,7 +93,7 @@ def get_cpo_wrapper(name: str) -> Callable[..., torch.Tensor]:
     method = registered_method(name)
     if method.advantage is None:
         raise ValueError(
-            f"cpo.wrap_method={name} has a distribution-level loss, not an advantage wrapper. Methods with a "
+            f"cpo.method={name} has a distribution-level loss, not an advantage wrapper. Methods with a "
             f"wrapper: {', '.join(CPO_WRAPPERS)}."
         )
     return method.advantage

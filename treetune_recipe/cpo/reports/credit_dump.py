@@ -147,11 +147,11 @@ def build_dump(
         tensors["old_log_probs"].float(),
         tensors["gw_log_probs"].float(),
     )
-    method = cpo_config.method
+    method = cpo_config.selected_method
     if method.distribution_level:
         shaped = None
     else:
-        shaped = get_cpo_wrapper(cpo_config.wrap_method)(
+        shaped = get_cpo_wrapper(cpo_config.method)(
             advantages,
             gw_log_probs=gw,
             old_log_probs=old,
@@ -203,7 +203,7 @@ def build_dump(
     return {
         "version": DUMP_VERSION,
         "step": step,
-        "wrap_method": cpo_config.wrap_method,
+        "method": cpo_config.method,
         "teacher": cpo_config.teacher_config.name,
         "context": cpo_config.context_name,
         "pos_alpha": cpo_config.pos_alpha,
@@ -242,7 +242,7 @@ def maybe_dump_credit(trainer, batch, hint_batch, cpo_config) -> Path | None:
     # The old policy's entropy on the plain batch: the actor's second pass of the step, as its old-log-prob pass.
     # A distribution-level method: the same pass runs the method's loss with the teacher's forward beside it.
     distribution = {}
-    if cpo_config.method.distribution_level:
+    if cpo_config.selected_method.distribution_level:
         keys = (TOKEN_LOSS, *(key for i in range(TOPK_SHOWN) for key in teacher_top_keys(i)))
         distribution = dict(loss_outputs=keys, loss_flags={DUMP_TEACHER_TOP: TOPK_SHOWN})
     scores = score_batch(trainer, batch, on="actor", entropy=True, **distribution)

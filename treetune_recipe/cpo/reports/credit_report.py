@@ -143,7 +143,7 @@ def render_report(dumps: list[dict], per_kind: int = 2, title: str = "CPO token 
         delta_scale, adv_scale = colour_scales(rows)
         body = "".join(_row_html(row, delta_scale, adv_scale) for row in rows) or "<p>(no rows)</p>"
         sections.append(
-            f"<h2>step {dump['step']}</h2><p class='meta'>wrapper <code>{html.escape(dump['wrap_method'])}</code>, "
+            f"<h2>step {dump['step']}</h2><p class='meta'>wrapper <code>{html.escape(dump['method'])}</code>, "
             f"α⁺ = {dump['pos_alpha']}, α⁻ = {dump['neg_alpha']}; {len(rows)} of {dump['batch_size']} responses; "
             f"entropy: {html.escape(dump['entropy_source'])}; full colour at |δ| = {delta_scale:.3g} and at "
             f"|advantage change or token loss| = {adv_scale:.3g}</p>{body}"

@@ -57,7 +57,7 @@ class TeacherConfig:
 
     Attributes:
         name: one of :data:`TEACHERS`.
-        source: ``cpo.teacher`` when set, else ``published setting of <wrap_method>``.
+        source: ``cpo.teacher`` when set, else ``published setting of <method>``.
         refresh_steps: ``refreshed``: the reference takes the actor's weights after every this many updates.
         ema_rate: ``ema``: τ of θ_T ← (1-τ)·θ_T + τ·θ after every update.
     """

@@ -86,7 +86,7 @@ def check_cpo_config(config) -> CPOConfig:
 def check_method_support(config, cpo_config: CPOConfig) -> None:
     """A distribution-level method needs verl 0.9.1's update hook (the FSDP engine hands the logits to the loss) and
     sees whole sequences (no Ulysses sequence parallelism, no fused kernels)."""
-    method = cpo_config.method
+    method = cpo_config.selected_method
     if not method.distribution_level:
         return
     from treetune_verl.logits_hook import check_distribution_support
@@ -94,18 +94,16 @@ def check_method_support(config, cpo_config: CPOConfig) -> None:
     try:
         check_distribution_support()
     except (RuntimeError, ValueError) as error:
-        raise PreflightError(
-            f"cpo.wrap_method={method.name} reads the student's logits in the update: {error}"
-        ) from None
+        raise PreflightError(f"cpo.method={method.name} reads the student's logits in the update: {error}") from None
     actor, model = config.actor_rollout_ref.actor, config.actor_rollout_ref.model
     if model.get("use_fused_kernels", False):
         raise PreflightError(
-            f"cpo.wrap_method={method.name} needs the student's logits in the update, which fused kernels never "
+            f"cpo.method={method.name} needs the student's logits in the update, which fused kernels never "
             "materialise: set actor_rollout_ref.model.use_fused_kernels=false."
         )
     if actor.get("ulysses_sequence_parallel_size", 1) != 1 or actor.get("strategy") not in ("fsdp", "fsdp2"):
         raise PreflightError(
-            f"cpo.wrap_method={method.name} runs its teacher beside the student inside the update, on the FSDP engine "
+            f"cpo.method={method.name} runs its teacher beside the student inside the update, on the FSDP engine "
             "without sequence parallelism (the logits hook would see a shard of each row): set "
             "actor_rollout_ref.actor.strategy=fsdp2 and actor_rollout_ref.actor.ulysses_sequence_parallel_size=1."
         )
@@ -132,7 +130,7 @@ def check_teacher_token_budget(config, cpo_config: CPOConfig) -> None:
         budget = int(actor.ppo_max_token_len_per_gpu)
         if longest > budget:
             raise PreflightError(
-                f"cpo.wrap_method={cpo_config.wrap_method}: a teacher row can hold {longest} tokens (its prompt limit "
+                f"cpo.method={cpo_config.method}: a teacher row can hold {longest} tokens (its prompt limit "
                 f"{hint.max_prompt_length}, cpo.hint.max_prompt_length, plus data.max_response_length), more than the "
                 f"actor's token budget actor_rollout_ref.actor.ppo_max_token_len_per_gpu={budget} that sizes each "
                 f"update micro-batch: set actor_rollout_ref.actor.ppo_max_token_len_per_gpu={longest} or more, or a "
@@ -146,7 +144,7 @@ def check_teacher_token_budget(config, cpo_config: CPOConfig) -> None:
         teacher_bytes = response_tokens * vocab * 2
         piece_bytes = min(CHUNK_VALUES, response_tokens * vocab) * 4 * PIECE_COPIES
         print(
-            f"[cpo] {cpo_config.wrap_method}: the teacher runs inside the update; beside the engine's own logits, each "
+            f"[cpo] {cpo_config.method}: the teacher runs inside the update; beside the engine's own logits, each "
             f"device holds the teacher's logits at up to {response_tokens} response tokens x {vocab} ids "
             f"({teacher_bytes / 2**30:.2f} GiB in bf16) and about {piece_bytes / 2**30:.2f} GiB for one piece of the "
             "loss."
@@ -172,7 +170,7 @@ def check_teacher_worker(config, cpo_config: CPOConfig) -> None:
     has_reference = config.algorithm.get("use_kl_in_reward", False) or config.actor_rollout_ref.actor.use_kl_loss
     if cpo_config.teacher_config.on_reference_worker and not has_reference:
         raise PreflightError(
-            f"cpo.teacher resolves to {teacher!r} (cpo.wrap_method={cpo_config.wrap_method}, cpo.teacher="
+            f"cpo.teacher resolves to {teacher!r} (cpo.method={cpo_config.method}, cpo.teacher="
             f"{cpo_config.teacher}), which the reference-policy worker scores, but this config has none: verl creates "
             "it only with actor_rollout_ref.actor.use_kl_loss=true or algorithm.use_kl_in_reward=true. Set "
             "actor_rollout_ref.actor.use_kl_loss=true (with actor_rollout_ref.actor.kl_loss_coef=0 the KL term stays "

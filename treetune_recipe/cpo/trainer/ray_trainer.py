@@ -24,7 +24,7 @@ method's declaration (:mod:`treetune_recipe.cpo.methods.method`):
   prompt group's difficulty and runs the method's teacher pass, then calls ``super()``. Both passes build their
   teacher rows with the run's context (``teacher.contexts``: ``cpo.context``, else the method's published one; the
   gold solution, the answer, a successful sibling or the environment's feedback):
-  - an advantage method (``teacher_pass="token"``): the rows whose shaped advantages read the hint
+  - a shaped policy term (``Method.policy="shaped"``): the rows whose shaped advantages read the hint
     (``cpo.hint.rescore=needed``, ``rows_reading_hint``; ``all``: every row) are scored under the context's prompt by
     the run's teacher (``gw_log_probs``; ``old_log_probs`` on the other rows and on the rows without a context);
   - a distribution-level method: every row's teacher prompt travels with the update's batch as token columns
@@ -85,7 +85,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         super().__init__(*args, **kwargs)
         self.cpo_enabled = cpo_is_enabled(self.config)
         self.cpo_config = cpo_config if cpo_config is not None else CPOConfig.from_config(self.config.get("cpo"))
-        self.method = self.cpo_config.method
+        self.method = self.cpo_config.selected_method
         if self.cpo_enabled:
             data = self.config.data
             # The teacher's context (cpo.context, else the method's published one) builds the rows of both teacher
@@ -148,7 +148,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         actor = self.config.actor_rollout_ref.actor
         kl_loss = bool(actor.get("use_kl_loss", False)) and float(actor.get("kl_loss_coef", 0.0)) != 0.0
         kl_reward = bool(self.config.algorithm.get("use_kl_in_reward", False))
-        reference_term = self.cpo_config.method.reference is not None
+        reference_term = self.cpo_config.selected_method.reference is not None
         return kl_loss or kl_reward or reference_term or self.cpo_config.drift_metrics
 
     def _update_actor(self, batch: DataProto) -> DataProto:
@@ -281,7 +281,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
             rows = torch.ones(len(batch), dtype=torch.bool)
         else:
             rows = rows_reading_hint(
-                self.cpo_config.wrap_method,
+                self.cpo_config.method,
                 seq_rewards=seq_rewards,
                 difficulty=difficulty,
                 cfg=self.cpo_config,

@@ -34,7 +34,7 @@ def test_from_omegaconf_block_with_nested_hint_and_interpolation():
             "lam": 3,
             "margin": 7,
             "cpo": {
-                "wrap_method": "mi3",
+                "method": "mi3",
                 "cpo_lambda": "${lam}",
                 "neg_alpha": 0.1,
                 "hint": {"on_missing": "skip", "max_prompt_length_margin": "${margin}", "user_template": None},
@@ -43,7 +43,7 @@ def test_from_omegaconf_block_with_nested_hint_and_interpolation():
         }
     )
     cfg = CPOConfig.from_config(root.cpo)
-    assert cfg.wrap_method == "mi3" and cfg.neg_alpha == 0.1 and cfg.pos_alpha == 0.0
+    assert cfg.method == "mi3" and cfg.neg_alpha == 0.1 and cfg.pos_alpha == 0.0
     assert cfg.cpo_lambda == 3.0 and isinstance(cfg.cpo_lambda, float)
     assert cfg.hint == HintConfig(on_missing="skip", max_prompt_length_margin=7)
     assert cfg.hint.user_template == DEFAULT_USER_TEMPLATE  # null = the built-in wording
@@ -56,7 +56,7 @@ def test_from_dict_and_none():
 
 
 def test_pickles_by_value():
-    cfg = CPOConfig.from_config({"wrap_method": "rlsd", "hint": {"rescore": "all"}, "credit_dump": {"steps": [1]}})
+    cfg = CPOConfig.from_config({"method": "rlsd", "hint": {"rescore": "all"}, "credit_dump": {"steps": [1]}})
     copy = pickle.loads(pickle.dumps(cfg))
     assert copy == cfg and copy.hint.rescore == "all" and copy.teacher_config == cfg.teacher_config
 
@@ -68,7 +68,7 @@ def test_null_alpha_is_allowed_and_disables_the_branch():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"wrap_method": "seqkl"}, r"Unknown cpo.wrap_method 'seqkl'.*naive, naive_qwen3, .*tok_kl"),
+        ({"method": "seqkl"}, r"Unknown cpo.method 'seqkl'.*naive, naive_qwen3, .*tok_kl"),
         ({"loss_position": "last"}, r"Unknown cpo.loss_position 'last'.*all, entropy, first"),
         ({"difficulty_mode": "batch"}, r"Unknown cpo.difficulty_mode 'batch'.*group, reference"),
         ({"cpo_lambda": 1.0}, r"cpo.cpo_lambda must be > 1"),
@@ -87,7 +87,7 @@ def test_null_alpha_is_allowed_and_disables_the_branch():
         ({"hint": [1, 2]}, r"cpo.hint must be a mapping"),
         (
             {"wrap_methd": "mi"},
-            r"^Unknown cpo key\(s\) \['wrap_methd'\]; valid keys: rlsd, opsd, sdpo, sdpg, wrap_method, .*, "
+            r"^Unknown cpo key\(s\) \['wrap_methd'\]; valid keys: rlsd, opsd, sdpo, sdpg, method, .*, "
             r"credit_dump\.$",
         ),
         (

@@ -246,7 +246,7 @@ TEACHER_RUNS = {
     "initial": (
         2,
         0,
-        ["cpo.wrap_method=opsd_token", "cpo.credit_dump.steps=[1,2]", "cpo.drift_metrics=true", *UNTRUNCATED_SAMPLING],
+        ["cpo.method=opsd_token", "cpo.credit_dump.steps=[1,2]", "cpo.drift_metrics=true", *UNTRUNCATED_SAMPLING],
     ),
     # A teacher refreshed from the actor after every 2nd update: the starting model at steps 1-2, the weights after
     # step 2's update at step 3 (saved by the step-2 checkpoint).
@@ -387,9 +387,9 @@ def start_cpo(assets_dir, tmp_path, *overrides, timeout_s=180):
 
 
 @pytest.mark.e2e
-def test_unknown_wrap_method_stops_at_start_up_listing_valid_names(assets_dir, tmp_path):
-    output = start_cpo(assets_dir, tmp_path, "cpo.wrap_method=seq_kll")
-    assert "Unknown cpo.wrap_method 'seq_kll'" in output
+def test_unknown_method_stops_at_start_up_listing_valid_names(assets_dir, tmp_path):
+    output = start_cpo(assets_dir, tmp_path, "cpo.method=seq_kll")
+    assert "Unknown cpo.method 'seq_kll'" in output
     assert "Valid values:" in output and "mi_clamp_unify_difficulty" in output and "negonly_tok_kl" in output
 
 

@@ -97,7 +97,7 @@ def _batch(tokenizer):
 def test_dump_holds_delta_and_the_wrappers_advantage_change(tokenizer):
     batch, hint = _batch(tokenizer)
     entropy = torch.rand(4, 3)
-    dump = build_dump(batch, hint, entropy, tokenizer, CPOConfig(wrap_method="seq_kl"), step=7, max_rows=8)
+    dump = build_dump(batch, hint, entropy, tokenizer, CPOConfig(method="seq_kl"), step=7, max_rows=8)
     assert dump["step"] == 7 and [row["kind"] for row in dump["rows"]] == [
         "mixed_correct",
         "mixed_wrong",
@@ -172,7 +172,7 @@ def test_a_distribution_level_dump_holds_the_context_the_teachers_top_ids_and_th
         id_key, log_prob_key = teacher_top_keys(i)
         outputs[id_key], outputs[log_prob_key] = top.indices[..., i].float(), top.values[..., i]
     batch.batch[CONTEXT_MASK] = torch.tensor([1.0, 1.0, 0.0, 1.0])
-    cpo_config = CPOConfig.from_config({"wrap_method": method})
+    cpo_config = CPOConfig.from_config({"method": method})
     dump = build_dump(batch, hint, torch.rand(4, 3), tokenizer, cpo_config, step=2, max_rows=8, distribution=outputs)
     expected, ids = token_loss, top.indices
     for row in dump["rows"]:

@@ -142,7 +142,7 @@ def model_output_for(batch, rows, micro_batch, with_entropy=True) -> dict:
 def shaped_inputs(batch, cpo) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantages and loss mask computed directly on the full padded batch (the expectation's inputs)."""
     data, entropy = batch.data, batch.padded_entropy
-    advantages = get_cpo_wrapper(cpo.wrap_method)(
+    advantages = get_cpo_wrapper(cpo.method)(
         data["advantages"],
         gw_log_probs=data["gw_log_probs"],
         old_log_probs=data["old_log_probs"],
@@ -166,8 +166,8 @@ def _grads(batch) -> list[torch.Tensor]:
     "cpo",
     [
         CPOConfig(),  # seq_kl, the reference main run
-        CPOConfig(wrap_method="mi3", pos_alpha=0.3, neg_alpha=0.5, loss_position="entropy"),
-        CPOConfig(wrap_method="naive_qwen3", pos_alpha=0.3, neg_alpha=0.5, cpo_lambda=1.5, loss_position="first_seq"),
+        CPOConfig(method="mi3", pos_alpha=0.3, neg_alpha=0.5, loss_position="entropy"),
+        CPOConfig(method="naive_qwen3", pos_alpha=0.3, neg_alpha=0.5, cpo_lambda=1.5, loss_position="first_seq"),
     ],
     ids=["seq_kl-all", "mi3-entropy", "naive_qwen3-first_seq"],
 )
@@ -200,7 +200,7 @@ def test_whole_batch_equals_ppo_loss_on_preshaped_inputs(actor_config_factory, c
 
 
 def test_cpo_metrics_values(actor_config_factory):
-    cpo = CPOConfig(wrap_method="mi2", pos_alpha=0.3, neg_alpha=0.5, loss_position="first_seq")
+    cpo = CPOConfig(method="mi2", pos_alpha=0.3, neg_alpha=0.5, loss_position="first_seq")
     batch = build_engine_batch(seed=1)
     data = batch.data
     _, metrics = cpo_ppo_loss(actor_config_factory(), model_output_for(batch, range(BATCH), data), data, cpo=cpo)
@@ -228,7 +228,7 @@ def test_cpo_metrics_values(actor_config_factory):
 
 @pytest.mark.parametrize("loss_position", ["all", "first_seq", "entropy_valid"])
 def test_dynamic_bsz_micro_batches_with_permuted_rows(actor_config_factory, loss_position):
-    cpo = CPOConfig(wrap_method="tok_kl", pos_alpha=0.3, neg_alpha=0.5, loss_position=loss_position)
+    cpo = CPOConfig(method="tok_kl", pos_alpha=0.3, neg_alpha=0.5, loss_position=loss_position)
     batch = build_engine_batch(seed=2)
     micro_batches, indices = prepare_micro_batches(batch.data)
     assert len(micro_batches) > 1
@@ -254,7 +254,7 @@ def test_dynamic_bsz_micro_batches_with_permuted_rows(actor_config_factory, loss
 
 
 def test_picklable_partial_as_installed_by_set_loss_fn(actor_config_factory):
-    loss_fn = functools.partial(cpo_ppo_loss, config=actor_config_factory(), cpo=CPOConfig(wrap_method="mi"))
+    loss_fn = functools.partial(cpo_ppo_loss, config=actor_config_factory(), cpo=CPOConfig(method="mi"))
     restored = pickle.loads(pickle.dumps(loss_fn))
     batch = build_engine_batch(seed=3)
     output = model_output_for(batch, range(BATCH), batch.data)

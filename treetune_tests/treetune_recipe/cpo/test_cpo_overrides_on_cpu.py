@@ -45,7 +45,7 @@ BAD = {
     "invalid value": ("cpo.teacher=x", f"Unknown cpo.teacher 'x'. Valid values: {', '.join(TEACHERS)}."),
     "invalid nested value": ("cpo.credit_dump.steps=[0]", "cpo.credit_dump.steps must be a list of training steps"),
 }
-GOOD = ["platform=cpu", "cpo.wrap_method=mi3", "cpo.teacher=initial", "cpo.hint.rescore=all", "+trainer.extra=1"]
+GOOD = ["platform=cpu", "cpo.method=mi3", "cpo.teacher=initial", "cpo.hint.rescore=all", "+trainer.extra=1"]
 
 
 def test_valid_keys_are_the_composed_blocks_keys():
@@ -66,7 +66,7 @@ def test_a_bad_cpo_override_is_one_line_naming_the_valid_keys_or_values(case):
 
 
 def test_control_good_overrides_pass_and_compose():
-    check_cpo_overrides(["--config-name", "cpo_trainer", "-m", *GOOD, "cpo.wrap_method=seq_kl,rlsd"])
+    check_cpo_overrides(["--config-name", "cpo_trainer", "-m", *GOOD, "cpo.method=seq_kl,rlsd"])
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         config = compose(CONFIG_NAME, overrides=GOOD)
     assert CPOConfig.from_config(config.cpo).teacher_config.name == "initial"
@@ -143,5 +143,5 @@ def test_the_demo_stops_in_one_line_before_launching(demo, capsys, case):
     assert capsys.readouterr().err == f"[demo] {message}\n"
     assert launched == []
     # Control: a good cpo override is passed on to the launch.
-    run("cpo.wrap_method=mi3")
-    assert len(launched) == 1 and launched[0][-1] == "cpo.wrap_method=mi3"
+    run("cpo.method=mi3")
+    assert len(launched) == 1 and launched[0][-1] == "cpo.method=mi3"

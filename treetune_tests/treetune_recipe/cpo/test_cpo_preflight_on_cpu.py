@@ -45,7 +45,7 @@ def test_grpo_estimator_turns_cpo_off_and_skips_its_checks():
     [
         ("trainer.use_v1=true", "Set trainer.use_v1=false"),
         ("actor_rollout_ref.actor.calculate_entropy=false", "calculate_entropy=true"),
-        ("cpo.wrap_method=seqkl", "Unknown cpo.wrap_method 'seqkl'"),
+        ("cpo.method=seqkl", "Unknown cpo.method 'seqkl'"),
         ("cpo.cpo_lambda=1.0", "cpo_lambda"),
         ("cpo.neg_alpha=nan", "cpo.neg_alpha"),
         ("cpo.hint.on_missing=ignore", "cpo.hint.on_missing must be 'error' or 'skip'"),
@@ -103,15 +103,15 @@ def test_the_run_check_asks_what_the_runs_teacher_context_reads(tmp_path, capsys
     frame.to_parquet(no_solution)
     paths = (*tiny_run_overrides(assets_dir, tmp_path), f"data.train_files={no_solution}")
 
-    check_cpo_run(cpo_config(*paths, "cpo.wrap_method=sdpo"))
+    check_cpo_run(cpo_config(*paths, "cpo.method=sdpo"))
     assert "teacher context successful_sibling: reads, at each step, a response of the same prompt group" in (
         capsys.readouterr().out
     )
-    check_cpo_run(cpo_config(*paths, "cpo.wrap_method=rlsd"))
+    check_cpo_run(cpo_config(*paths, "cpo.method=rlsd"))
     assert f"0 of {len(frame)} rows (0%) have no reward_model.ground_truth" in capsys.readouterr().out
     for method in ("sdpo", "rlsd"):
         with pytest.raises(ValueError, match=r"extra_info.solution is missing .*: row 0, row 1"):
-            check_cpo_run(cpo_config(*paths, f"cpo.wrap_method={method}", "cpo.context=gold_solution"))
+            check_cpo_run(cpo_config(*paths, f"cpo.method={method}", "cpo.context=gold_solution"))
 
 
 def test_a_file_where_no_row_has_the_contexts_column_is_refused():
@@ -119,7 +119,7 @@ def test_a_file_where_no_row_has_the_contexts_column_is_refused():
     from treetune_recipe.cpo.trainer.preflight import _context_data_problems
 
     frame = pd.DataFrame({"reward_model": [{"style": "rule", "ground_truth": ""}, None], "extra_info": [{}, {}]})
-    cpo = CPOConfig(wrap_method="rlsd")
+    cpo = CPOConfig(method="rlsd")
     (problem,) = _context_data_problems([("train.parquet", frame)], cpo, 96, None, None)
     assert "no row has reward_model.ground_truth, which the teacher context answer_only shows" in problem
     assert "cpo.context=gold_solution|successful_sibling|environment_feedback" in problem

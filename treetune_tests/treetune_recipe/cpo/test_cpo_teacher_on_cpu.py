@@ -32,7 +32,7 @@ def compose_cpo(*overrides):
 
 
 @pytest.mark.parametrize(
-    ("wrap_method", "teacher", "resolved"),
+    ("method", "teacher", "resolved"),
     [
         ("seq_kl", None, "policy"),
         ("negonly_mi3", None, "policy"),
@@ -46,8 +46,8 @@ def compose_cpo(*overrides):
         ("opsd_token", "refreshed", "refreshed"),
     ],
 )
-def test_null_teacher_is_the_published_setting_and_an_explicit_one_wins(wrap_method, teacher, resolved):
-    teacher_config = CPOConfig(wrap_method=wrap_method, teacher=teacher).teacher_config
+def test_null_teacher_is_the_published_setting_and_an_explicit_one_wins(method, teacher, resolved):
+    teacher_config = CPOConfig(method=method, teacher=teacher).teacher_config
     assert teacher_config.name == resolved
     assert teacher_config.on_reference_worker == (resolved != "policy")
     assert ("cpo.teacher" in teacher_config.describe()) == (teacher is not None)
@@ -56,14 +56,14 @@ def test_null_teacher_is_the_published_setting_and_an_explicit_one_wins(wrap_met
 def test_rlsd_lambda_falls_linearly_to_zero_at_the_decay_step():
     # λ_t = 0.5·max(0, 1 - t/60): worked by hand at t = 1, 30, 45, 60 and past the end.
     # The schedule is the method's (Method.schedule), applied by CPOConfig.at_step, which the trainer calls per step.
-    config = CPOConfig.from_config({"wrap_method": "rlsd", "rlsd": {"mix_lambda": 0.5, "lambda_decay_steps": 60}})
+    config = CPOConfig.from_config({"method": "rlsd", "rlsd": {"mix_lambda": 0.5, "lambda_decay_steps": 60}})
     expected = {1: 0.5 * 59 / 60, 30: 0.25, 45: 0.125, 60: 0.0, 61: 0.0, 200: 0.0}
     for step, value in expected.items():
         step_config, metrics = config.at_step(step, 100)
         assert step_config.rlsd.mix_lambda == pytest.approx(value, abs=1e-12), step
         assert metrics == {"cpo/rlsd_lambda": pytest.approx(value, abs=1e-12)}
         assert config.rlsd.mix_lambda == 0.5  # the run's knobs are left as configured
-    constant = CPOConfig.from_config({"wrap_method": "rlsd", "rlsd": {"mix_lambda": 0.3, "lambda_decay_steps": 0}})
+    constant = CPOConfig.from_config({"method": "rlsd", "rlsd": {"mix_lambda": 0.3, "lambda_decay_steps": 0}})
     assert [constant.at_step(step, 500)[0].rlsd.mix_lambda for step in (1, 60, 500)] == [0.3, 0.3, 0.3]
     # A method without a schedule keeps its config object as is.
     plain = CPOConfig()
@@ -94,7 +94,7 @@ def test_invalid_teacher_settings_raise_a_clear_error(fields, message):
         CPOConfig.from_config(fields)
 
 
-@pytest.mark.parametrize("teacher_override", ["cpo.teacher=initial", "cpo.teacher=refreshed", "cpo.wrap_method=rlsd"])
+@pytest.mark.parametrize("teacher_override", ["cpo.teacher=initial", "cpo.teacher=refreshed", "cpo.method=rlsd"])
 def test_a_reference_teacher_without_a_reference_worker_stops_naming_the_fix(teacher_override):
     config = compose_cpo(teacher_override, "actor_rollout_ref.actor.use_kl_loss=false")
     with pytest.raises(ValueError) as error:
@@ -150,7 +150,7 @@ def test_the_ema_teacher_skips_an_update_without_a_finite_gradient():
     def update(norms):
         return DataProto(meta_info={"metrics": {"actor/grad_norm": norms}})
 
-    teacher = Teacher(CPOConfig.from_config({"wrap_method": "sdpo"}).teacher_config)
+    teacher = Teacher(CPOConfig.from_config({"method": "sdpo"}).teacher_config)
     assert not actor_changed(update([float("nan"), float("inf")]))
     teacher.after_update(1, Group(), actor_changed=actor_changed(update([float("nan"), float("inf")])))
     assert Group.rates == [] and teacher.weights_step is None

@@ -56,7 +56,7 @@ def run_update(trainer, batch: DataProto, rescore: str):
 def shaped_advantages(trainer, inputs: dict) -> torch.Tensor:
     """What the CPO loss computes from the loss inputs (with a fixed stand-in for the current-policy entropy)."""
     entropy = torch.linspace(0.1, 2.0, inputs["advantages"].shape[1]).expand_as(inputs["advantages"])
-    wrapper = get_cpo_wrapper(trainer.cpo_config.wrap_method)
+    wrapper = get_cpo_wrapper(trainer.cpo_config.method)
     return wrapper(
         inputs["advantages"],
         entropy=entropy,
@@ -93,13 +93,13 @@ SETUPS = {
 }
 WRAPPERS = {
     "seq_kl-default": [],
-    "negonly_mi3": ["cpo.wrap_method=negonly_mi3", "cpo.pos_alpha=0.3", "cpo.neg_alpha=0.5"],
-    "mi_unify": ["cpo.wrap_method=mi_unify", "cpo.pos_alpha=0.2", "cpo.neg_alpha=0.5"],
+    "negonly_mi3": ["cpo.method=negonly_mi3", "cpo.pos_alpha=0.3", "cpo.neg_alpha=0.5"],
+    "mi_unify": ["cpo.method=mi_unify", "cpo.pos_alpha=0.2", "cpo.neg_alpha=0.5"],
     # (opsd_token reads every row: nothing for `needed` to leave out). The teacher does not choose the rows; the
     # policy teacher keeps the pass on the fake actor group (test_a_reference_teacher_... covers the reference).
     # RLSD's published context is the answer; the gold solution, a sibling: cpo.context.
-    "rlsd": ["cpo.wrap_method=rlsd", "cpo.teacher=policy"],
-    "rlsd-sibling": ["cpo.wrap_method=rlsd", "cpo.teacher=policy", "cpo.context=successful_sibling"],
+    "rlsd": ["cpo.method=rlsd", "cpo.teacher=policy"],
+    "rlsd-sibling": ["cpo.method=rlsd", "cpo.teacher=policy", "cpo.context=successful_sibling"],
 }
 
 
@@ -114,7 +114,7 @@ def test_needed_and_all_give_identical_loss_inputs_and_shaped_advantages(monkeyp
     hint_rows_all = len(trainer.actor_rollout_wg.log_prob_requests[-1])
     inputs_needed, metrics_needed = run_update(trainer, batch, "needed")
     rows = rows_reading_hint(
-        trainer.cpo_config.wrap_method,
+        trainer.cpo_config.method,
         seq_rewards=inputs_all["seq_rewards"],
         difficulty=inputs_all["difficulty"],
         cfg=trainer.cpo_config,
@@ -222,7 +222,7 @@ def test_a_reference_teacher_scores_the_hint_batch_on_the_reference_worker(monke
 
 
 def test_rlsd_installs_the_lambda_of_each_step_in_the_loss(monkeypatch):
-    trainer = make_trainer(monkeypatch, "cpo.wrap_method=rlsd", "cpo.teacher=policy")
+    trainer = make_trainer(monkeypatch, "cpo.method=rlsd", "cpo.teacher=policy")
     batch = rollout_batch(trainer)
     for step, expected in ((1, 0.5 * 59 / 60), (30, 0.25), (75, 0.0)):  # λ_t = 0.5·max(0, 1 - t/60)
         trainer.global_steps = step
@@ -233,7 +233,7 @@ def test_rlsd_installs_the_lambda_of_each_step_in_the_loss(monkeypatch):
 
 
 def test_the_credit_dump_shapes_with_the_lambda_of_its_step(monkeypatch):
-    trainer = make_trainer(monkeypatch, "cpo.wrap_method=rlsd", "cpo.teacher=policy", "cpo.credit_dump.steps=[30]")
+    trainer = make_trainer(monkeypatch, "cpo.method=rlsd", "cpo.teacher=policy", "cpo.credit_dump.steps=[30]")
     dumped = []
     monkeypatch.setattr(
         ray_trainer, "maybe_dump_credit", lambda trainer, batch, hint, cpo_config: dumped.append(cpo_config)
@@ -256,7 +256,7 @@ def test_every_estimator_logs_the_share_of_responses_in_all_wrong_and_all_correc
 
 
 def test_a_step_where_no_row_reads_the_hint_skips_the_hinted_pass(monkeypatch):
-    trainer = make_trainer(monkeypatch, "cpo.wrap_method=mi3", "cpo.pos_alpha=0.5", "cpo.neg_alpha=0.0")
+    trainer = make_trainer(monkeypatch, "cpo.method=mi3", "cpo.pos_alpha=0.5", "cpo.neg_alpha=0.0")
     batch = rollout_batch(trainer)
     inputs, metrics = run_update(trainer, batch, "needed")
     assert trainer.actor_rollout_wg.log_prob_requests == []
@@ -302,7 +302,7 @@ def test_an_advantage_methods_pass_scores_its_rows_under_the_selected_context(mo
     ``cpo.context=successful_sibling`` RLSD's rows are scored under SDPO's re-prompt holding a successful sibling's
     response. Control: with ``cpo.context=gold_solution`` the same assertion fails, the prompts hold the gold
     solution."""
-    trainer = make_trainer(monkeypatch, "cpo.wrap_method=rlsd", "cpo.teacher=policy", f"cpo.context={context}")
+    trainer = make_trainer(monkeypatch, "cpo.method=rlsd", "cpo.teacher=policy", f"cpo.context={context}")
     batch = rollout_batch(trainer)
     scored, score = [], trainer._score_hint_batch
     monkeypatch.setattr(trainer, "_score_hint_batch", lambda hint_batch: scored.append(hint_batch) or score(hint_batch))

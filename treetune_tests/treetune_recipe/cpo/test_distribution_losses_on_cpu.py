@@ -369,7 +369,7 @@ def test_the_loss_in_checkpointed_pieces_equals_the_loss_in_one(method, k):
     from treetune_recipe.cpo.config import CPOConfig
     from treetune_recipe.cpo.methods.loss import distribution_token_loss
 
-    cpo = CPOConfig.from_config({"wrap_method": method, method: {"top_k": k}})
+    cpo = CPOConfig.from_config({"method": method, method: {"top_k": k}})
     gen = torch.Generator().manual_seed(0)
     packed = (torch.randn(20, 50, generator=gen) * 3).requires_grad_(True)
     index = torch.tensor([1, 2, 3, 5, 6, 9, 10, 11, 12, 17])
@@ -377,7 +377,9 @@ def test_the_loss_in_checkpointed_pieces_equals_the_loss_in_one(method, k):
 
     def loss_and_grad(chunk, teacher_logits=teacher):
         packed.grad = None
-        per_token = distribution_token_loss(cpo.method, cpo.knobs, k, packed, index, teacher_logits, chunk=chunk)
+        per_token = distribution_token_loss(
+            cpo.selected_method, cpo.knobs, k, packed, index, teacher_logits, chunk=chunk
+        )
         (per_token * torch.arange(1.0, len(index) + 1)).sum().backward()
         return per_token.detach(), packed.grad.clone()
 

@@ -32,8 +32,8 @@ from treetune_tests.support.fp32_reference import load_model
 #: Two-step runs of the methods whose loss reads top-k distributions, with their published settings (OPSD: initial
 #: teacher, τ 1.1, top-p 0.95, top-k 20, one update per batch; SDPO: EMA teacher, successful-sibling context, k 100).
 DISTRIBUTION_RUNS = {
-    "opsd": ["cpo.wrap_method=opsd", "cpo.credit_dump.steps=[2]"],
-    "sdpo": ["cpo.wrap_method=sdpo", "cpo.credit_dump.steps=[2]"],
+    "opsd": ["cpo.method=opsd", "cpo.credit_dump.steps=[2]"],
+    "sdpo": ["cpo.method=sdpo", "cpo.credit_dump.steps=[2]"],
 }
 
 

@@ -59,7 +59,7 @@ def test_every_override_of_the_8b_script_composes(tmp_path, monkeypatch):
     monkeypatch.setenv("CKPT_DIR", "/ckpt")
     with initialize_config_dir(config_dir=str(RECIPE_DIR / "config"), version_base=None):
         config = compose("cpo_trainer", overrides=overrides)  # an unknown key would raise here
-    assert config.algorithm.adv_estimator == "cpo" and config.cpo.wrap_method == "seq_kl"
+    assert config.algorithm.adv_estimator == "cpo" and config.cpo.method == "seq_kl"
     assert config.cpo.neg_alpha == 0.5
     assert config.actor_rollout_ref.rollout.name == "vllm" and config.actor_rollout_ref.rollout.n == 8
     assert config.actor_rollout_ref.model.path == str(tmp_path / "model")
@@ -75,8 +75,8 @@ def test_sglang_script_switches_the_rollout(tmp_path):
 def test_sweep_script_is_a_hydra_multirun_over_the_knobs(tmp_path):
     arguments = dry_run("run_cpo_sweep.sh", {**fake_inputs(tmp_path), "WRAPS": "seq_kl,mi3", "NEG_ALPHAS": "0.5,1.0"})
     assert arguments[0] == "--multirun"  # must precede the overrides
-    assert "cpo.wrap_method=seq_kl,mi3" in arguments and "cpo.neg_alpha=0.5,1.0" in arguments
-    assert "trainer.experiment_name=qwen3_8b_cpo_${cpo.wrap_method}_neg${cpo.neg_alpha}" in arguments
+    assert "cpo.method=seq_kl,mi3" in arguments and "cpo.neg_alpha=0.5,1.0" in arguments
+    assert "trainer.experiment_name=qwen3_8b_cpo_${cpo.method}_neg${cpo.neg_alpha}" in arguments
 
 
 def test_missing_model_and_data_are_named_before_anything_starts(tmp_path):

@@ -57,7 +57,7 @@ def test_the_registry_holds_the_18_wrappers_then_the_peers():
     assert sorted(names[:18]) == sorted(REFERENCE_WRAPPERS)
     assert names[18:] == ["rlsd", "opsd", "opsd_token", "sdpo", "sdpg"]
     assert {name for name, m in METHODS.items() if m.distribution_level} == {"opsd", "sdpo", "sdpg"}
-    with pytest.raises(ValueError, match="Unknown cpo.wrap_method 'sdp'. Valid names: naive, .*, sdpo"):
+    with pytest.raises(ValueError, match="Unknown cpo.method 'sdp'. Valid names: naive, .*, sdpo"):
         get_method("sdp")
 
 
@@ -131,22 +131,22 @@ def test_a_renamed_key_is_an_alias_that_says_what_replaced_it(capsys):
         "cpo.neg_alpha=1",
     ]
     assert "cpo.rlsd_lambda is now cpo.rlsd.mix_lambda" in capsys.readouterr().out
-    assert CPOConfig.from_config({"wrap_method": "rlsd", "rlsd_lambda_decay_steps": 0}).rlsd.lambda_decay_steps == 0
+    assert CPOConfig.from_config({"method": "rlsd", "rlsd_lambda_decay_steps": 0}).rlsd.lambda_decay_steps == 0
     assert "cpo.rlsd_lambda_decay_steps is now cpo.rlsd.lambda_decay_steps" in capsys.readouterr().out
-    config = compose_cpo(*check_cpo_overrides(["cpo.wrap_method=rlsd", "cpo.rlsd_lambda=0.25"]))
+    config = compose_cpo(*check_cpo_overrides(["cpo.method=rlsd", "cpo.rlsd_lambda=0.25"]))
     assert CPOConfig.from_config(config.cpo).rlsd.mix_lambda == 0.25
 
 
 def test_selecting_a_method_applies_its_published_run_settings_and_the_user_wins():
-    config = compose_cpo("cpo.wrap_method=opsd", "actor_rollout_ref.rollout.top_k=5")
-    applied, kept = apply_method_run_settings(config, ["cpo.wrap_method=opsd", "actor_rollout_ref.rollout.top_k=5"])
+    config = compose_cpo("cpo.method=opsd", "actor_rollout_ref.rollout.top_k=5")
+    applied, kept = apply_method_run_settings(config, ["cpo.method=opsd", "actor_rollout_ref.rollout.top_k=5"])
     rollout = config.actor_rollout_ref.rollout
     assert (rollout.temperature, rollout.top_p, rollout.top_k) == (1.1, 0.95, 5)  # top_k: the user's
     assert "actor_rollout_ref.rollout.top_k=20" not in applied and "actor_rollout_ref.rollout.top_p=0.95" in applied
     assert kept == ["actor_rollout_ref.rollout.top_k=20"]
     assert config.actor_rollout_ref.actor.ppo_mini_batch_size == config.data.train_batch_size
     assert config.actor_rollout_ref.actor.kl_loss_coef == 0
-    rlsd = compose_cpo("cpo.wrap_method=rlsd")
+    rlsd = compose_cpo("cpo.method=rlsd")
     apply_method_run_settings(rlsd, [])
     assert (rlsd.actor_rollout_ref.actor.clip_ratio_high, rlsd.actor_rollout_ref.actor.ppo_mini_batch_size) == (
         0.28,
@@ -154,7 +154,7 @@ def test_selecting_a_method_applies_its_published_run_settings_and_the_user_wins
     )
     plain = compose_cpo()
     assert apply_method_run_settings(plain, []) == ([], []) and plain == compose_cpo()
-    grpo = compose_cpo("algorithm.adv_estimator=grpo", "cpo.wrap_method=opsd")
+    grpo = compose_cpo("algorithm.adv_estimator=grpo", "cpo.method=opsd")
     assert apply_method_run_settings(grpo, []) == ([], [])
 
 
@@ -194,7 +194,7 @@ def test_the_consumers_never_name_a_method(module):
         and id(node) not in docstrings
         and (node.value in names or re.fullmatch(r"(cpo:)?(rlsd|opsd|opsd_token|sdpo)(_.*)?", node.value))
     ]
-    # The one name allowed: the selector's default, cpo.wrap_method = seq_kl (the reference's main run).
+    # The one name allowed: the selector's default, cpo.method = seq_kl (the reference's main run).
     allowed = ["seq_kl"] if module == "config.py" else []
     assert named == allowed, f"{module} names {named}"
 
@@ -210,7 +210,7 @@ def test_the_launch_shape_starts_when_the_longest_teacher_row_fits_the_update_to
 
     (tmp_path / "config.json").write_text('{"vocab_size": 151936}')
     shape = (
-        f"cpo.wrap_method={method}",
+        f"cpo.method={method}",
         f"cpo.{method}.top_k={top_k}",
         f"actor_rollout_ref.model.path={tmp_path}",
         "data.train_batch_size=1024",
@@ -233,19 +233,19 @@ def test_the_launch_shape_starts_when_the_longest_teacher_row_fits_the_update_to
 
 
 def test_a_distribution_level_method_needs_the_logits_hook_of_verl_0_9():
-    opsd = compose_cpo("cpo.wrap_method=opsd")
+    opsd = compose_cpo("cpo.method=opsd")
     if verl_is("0.7.1"):
         with pytest.raises(PreflightError) as stopped:
             check_cpo_config(opsd)
-        assert "cpo.wrap_method=opsd reads the student's logits in the update" in str(
+        assert "cpo.method=opsd reads the student's logits in the update" in str(stopped.value) and "verl 0.9" in str(
             stopped.value
-        ) and "verl 0.9" in str(stopped.value)
+        )
         assert "\n" not in str(stopped.value)
     else:
         check_cpo_config(opsd)
         with pytest.raises(PreflightError, match="use_fused_kernels=false"):
-            check_cpo_config(compose_cpo("cpo.wrap_method=sdpo", "actor_rollout_ref.model.use_fused_kernels=true"))
-    check_cpo_config(compose_cpo("cpo.wrap_method=opsd_token"))  # the sampled-token form runs on both releases
+            check_cpo_config(compose_cpo("cpo.method=sdpo", "actor_rollout_ref.model.use_fused_kernels=true"))
+    check_cpo_config(compose_cpo("cpo.method=opsd_token"))  # the sampled-token form runs on both releases
 
 
 class _TrainerState:
@@ -265,8 +265,8 @@ def test_no_reference_pass_runs_at_a_peers_published_settings(method):
     from treetune_recipe.cpo.trainer.ray_trainer import RayCPOTrainer
 
     def reads(*overrides):
-        config = compose_cpo(f"cpo.wrap_method={method}", *overrides)
-        apply_method_run_settings(config, [f"cpo.wrap_method={method}", *overrides])
+        config = compose_cpo(f"cpo.method={method}", *overrides)
+        apply_method_run_settings(config, [f"cpo.method={method}", *overrides])
         return RayCPOTrainer._reference_log_probs_read(_TrainerState(config))
 
     assert compose_cpo().actor_rollout_ref.actor.use_kl_loss  # the reference worker exists (it holds the teacher)
@@ -288,8 +288,8 @@ def test_a_skipped_reference_pass_adds_no_key_and_still_moves_the_teacher(monkey
     moved, verl_passes = [], []
     monkeypatch.setattr(RayPPOTrainer, "_compute_ref_log_prob", lambda self, batch: verl_passes.append(len(batch)))
     trainer = object.__new__(RayCPOTrainer)
-    config = compose_cpo("cpo.wrap_method=sdpo")
-    apply_method_run_settings(config, ["cpo.wrap_method=sdpo"])  # the published KL weight 0
+    config = compose_cpo("cpo.method=sdpo")
+    apply_method_run_settings(config, ["cpo.method=sdpo"])  # the published KL weight 0
     state = _TrainerState(config)
     trainer.config, trainer.cpo_config, trainer.cpo_enabled = state.config, state.cpo_config, True
     trainer.teacher = type("Teacher", (), {"before_reference_pass": lambda self, step, group: moved.append(step)})()

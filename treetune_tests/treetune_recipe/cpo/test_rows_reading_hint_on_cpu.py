@@ -158,5 +158,5 @@ def test_default_seq_kl_reads_gw_on_wrong_responses_only_and_negonly_in_all_wron
 
 
 def test_unknown_wrapper_is_a_clear_error():
-    with pytest.raises(ValueError, match="Unknown cpo.wrap_method 'seqkl'"):
+    with pytest.raises(ValueError, match="Unknown cpo.method 'seqkl'"):
         rows_reading_hint("seqkl", seq_rewards=torch.ones(2), difficulty=torch.zeros(2), cfg=CONFIGS[0])

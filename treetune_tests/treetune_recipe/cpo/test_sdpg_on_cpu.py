@@ -124,9 +124,9 @@ def test_sdpg_is_declared_whole_as_published():
     assert {"actor_rollout_ref.actor.clip_ratio_c=10.0", "actor_rollout_ref.actor.clip_ratio_high=0.28"} <= set(
         sdpg.run_settings
     )
-    config = CPOConfig.from_config({"wrap_method": "sdpg"})
+    config = CPOConfig.from_config({"method": "sdpg"})
     assert config.distillation_agg == "token_mean" and config.teacher_config.name == "policy"
-    assert CPOConfig.from_config({"wrap_method": "sdpg", "token_loss_agg": "seq_mean"}).distillation_agg == "seq_mean"
+    assert CPOConfig.from_config({"method": "sdpg", "token_loss_agg": "seq_mean"}).distillation_agg == "seq_mean"
 
 
 @pytest.mark.parametrize(
@@ -140,4 +140,4 @@ def test_sdpg_is_declared_whole_as_published():
 )
 def test_invalid_sdpg_knobs_are_refused_in_one_line(block, message):
     with pytest.raises(ValueError, match=message):
-        CPOConfig.from_config({"wrap_method": "sdpg", "sdpg": block})
+        CPOConfig.from_config({"method": "sdpg", "sdpg": block})

@@ -52,7 +52,7 @@ def inputs(seed: int = 0) -> dict:
 
 def shaped(name: str, rewards: torch.Tensor, success_value: float) -> tuple[torch.Tensor, torch.Tensor]:
     """``(advantages [B, T], hint rows bool [B])`` of method ``name`` with the trainer's own config type."""
-    cfg = CPOConfig(wrap_method=name, pos_alpha=0.3, neg_alpha=0.5, success_value=success_value)
+    cfg = CPOConfig(method=name, pos_alpha=0.3, neg_alpha=0.5, success_value=success_value)
     batch = inputs()
     advantages = CPO_WRAPPERS[name](seq_rewards=rewards, cfg=cfg, **batch)
     hint_rows = rows_reading_hint(

@@ -62,7 +62,7 @@ def test_a_row_is_reprompted_with_its_groups_first_other_success_and_thinking_st
         success=success,
         tokenizer=tokenizer,
         hint_config=HintConfig(max_prompt_length=256),
-        cpo=CPOConfig(wrap_method="sdpo"),
+        cpo=CPOConfig(method="sdpo"),
     )
     assert has_context.tolist() == [True, True, True, False, False, False]
     assert metrics["cpo/context_frac"] == pytest.approx(0.5)
@@ -138,9 +138,9 @@ def test_the_registry_holds_four_contexts_each_with_its_needs_and_prompt_limit()
 
 def test_cpo_context_selects_a_registered_context_and_null_is_the_methods_published_one():
     assert CPOConfig().context is None and CPOConfig().context_name == "gold_solution"  # the CPO wrappers
-    assert CPOConfig(wrap_method="rlsd").context_name == "answer_only"  # RLSD's official code shows the answer
-    assert CPOConfig(wrap_method="sdpo").context_name == "successful_sibling"
-    chosen = CPOConfig.from_config({"wrap_method": "rlsd", "context": "gold_solution"})
+    assert CPOConfig(method="rlsd").context_name == "answer_only"  # RLSD's official code shows the answer
+    assert CPOConfig(method="sdpo").context_name == "successful_sibling"
+    chosen = CPOConfig.from_config({"method": "rlsd", "context": "gold_solution"})
     assert chosen.teacher_context is CONTEXTS["gold_solution"]
     assert {method.context for method in all_methods().values()} <= set(CONTEXTS)
 

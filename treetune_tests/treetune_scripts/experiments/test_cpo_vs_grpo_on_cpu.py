@@ -228,7 +228,7 @@ def test_credit_report_shows_the_dumped_token_values(quick_experiment):
     shown = [(float(d), float(a), html.unescape(t)) for d, a, t in spans]
     expected = []
     for dump in dumps:
-        assert dump["wrap_method"] == "seq_kl" and dump["rows"]
+        assert dump["method"] == "seq_kl" and dump["rows"]
         kinds = {row["kind"] for row in dump["rows"]}
         for kind in ("mixed_correct", "mixed_wrong", "all_wrong", "all_correct"):
             rows = [row for row in dump["rows"] if row["kind"] == kind][:2]

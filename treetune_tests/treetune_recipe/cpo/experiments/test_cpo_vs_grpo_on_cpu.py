@@ -34,7 +34,7 @@ def test_methods_are_grpo_or_cpo_with_a_known_wrapper():
 def test_a_cpo_method_can_set_its_alphas_and_names_its_run_folder_after_them(tmp_path):
     assert cpo_vs_grpo.parse_methods("cpo:seq_kl@neg_alpha=0.5") == ["cpo:seq_kl@neg_alpha=0.5"]
     overrides = cpo_vs_grpo.method_overrides("cpo:mi3@pos_alpha=0.3@neg_alpha=0.5")
-    assert overrides == ["algorithm.adv_estimator=cpo", "cpo.wrap_method=mi3", "cpo.pos_alpha=0.3", "cpo.neg_alpha=0.5"]
+    assert overrides == ["algorithm.adv_estimator=cpo", "cpo.method=mi3", "cpo.pos_alpha=0.3", "cpo.neg_alpha=0.5"]
     assert cpo_vs_grpo.run_name("cpo:seq_kl@neg_alpha=0.5", 2) == "cpo_seq_kl_neg_alpha0.5__seed2"
     # Any cpo key the recipe takes, a method's own block included; the recipe's own check names what is wrong.
     assert cpo_vs_grpo.method_overrides("cpo:rlsd@rlsd.clip=0.1")[-1] == "cpo.rlsd.clip=0.1"
@@ -57,7 +57,7 @@ def test_the_experiment_names_no_method_setting_of_its_own():
     assert cpo_vs_grpo.method_overrides("cpo:seq_kl@teacher=initial")[-1] == "cpo.teacher=initial"
     assert cpo_vs_grpo.run_name("cpo:seq_kl@teacher=initial", 0) == "cpo_seq_kl_teacherinitial__seed0"
     for method in ("cpo:rlsd", "cpo:opsd", "cpo:opsd_token", "cpo:sdpo"):
-        assert cpo_vs_grpo.method_overrides(method) == ["algorithm.adv_estimator=cpo", f"cpo.wrap_method={method[4:]}"]
+        assert cpo_vs_grpo.method_overrides(method) == ["algorithm.adv_estimator=cpo", f"cpo.method={method[4:]}"]
     assert {"cpo:opsd", "cpo:sdpo", "cpo:rlsd"} <= set(cpo_vs_grpo.parse_methods(cpo_vs_grpo.DEFAULT_METHODS))
 
 
@@ -81,7 +81,7 @@ def test_only_the_cpo_keys_differ_between_methods(tmp_path):
     assert set(grpo) ^ set(cpo) == {
         "algorithm.adv_estimator=grpo",
         "algorithm.adv_estimator=cpo",
-        "cpo.wrap_method=mi3",
+        "cpo.method=mi3",
     }
     assert "data.seed=1" in grpo and "++actor_rollout_ref.rollout.engine_kwargs.hf.seed=1" in grpo
 
