@@ -75,10 +75,7 @@ RUNS = {
 }
 # Each published peer with its own settings (the recipe applies a method's run settings when it is selected).
 RUNS.update(
-    {
-        name: ["algorithm.adv_estimator=cpo", f"cpo.method={name}"]
-        for name in ("rlsd", "opsd", "opsd_token", "sdpo")
-    }
+    {name: ["algorithm.adv_estimator=cpo", f"cpo.method={name}"] for name in ("rlsd", "opsd", "opsd_token", "sdpo")}
 )
 DEFAULT_RUNS = "grpo,cpo_all,cpo_needed"
 COMMON_OVERRIDES = [

@@ -168,7 +168,7 @@ def check_cpo_update(engine: dict) -> None:
     mask = batch.batch["response_mask"].float()
     batch.batch["old_log_probs"] = old
     batch.batch["ref_log_prob"] = old + 0.05 * torch.randn(old.shape, generator=gen) * mask
-    batch.batch["gw_log_probs"] = (old + torch.randn(old.shape, generator=gen)).clamp(max=0) * mask
+    batch.batch["teacher_log_probs"] = (old + torch.randn(old.shape, generator=gen)).clamp(max=0) * mask
 
     expected = _expected_update(engine, batch)
     actor, _ = actor_worker(engine["config"], engine["cpo"])  # a fresh actor: the update changes its weights

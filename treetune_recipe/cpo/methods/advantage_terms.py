@@ -20,7 +20,7 @@ which gives a ``formula(terms, cfg)`` the public wrapper signature. Shared by th
 Notation (all ``[B, T]`` unless noted; B responses, T padded response width):
     A      advantages (GRPO, already 0 on padding)
     V      valid response tokens (``response_mask`` as bool)
-    g, o   log-probs of the response tokens with / without the hint in the prompt (``gw_log_probs``,
+    g, o   log-probs of the response tokens with / without the hint in the prompt (``teacher_log_probs``,
            ``old_log_probs``)
     H      current-policy token entropy (detached)
     r      sequence reward ``[B]``; D difficulty ``[B]`` (-1 all wrong, +1 all correct, 0 mixed)
@@ -61,14 +61,14 @@ def success_value_of(cfg) -> float:
     return getattr(cfg, "success_value", DEFAULT_SUCCESS_VALUE)
 
 
-def log_ratio(gw_log_probs: torch.Tensor, old_log_probs: torch.Tensor) -> torch.Tensor:
+def log_ratio(teacher_log_probs: torch.Tensor, old_log_probs: torch.Tensor) -> torch.Tensor:
     """δ = g - o, the per-token log-ratio hint vs no hint (the reference calls it "kl"). ``[B, T]``."""
-    return gw_log_probs - old_log_probs
+    return teacher_log_probs - old_log_probs
 
 
-def mutual_information(gw_log_probs: torch.Tensor, old_log_probs: torch.Tensor) -> torch.Tensor:
+def mutual_information(teacher_log_probs: torch.Tensor, old_log_probs: torch.Tensor) -> torch.Tensor:
     """MI = exp(g)·(g - o): the log-ratio weighted by the hinted probability of the token. ``[B, T]``."""
-    return gw_log_probs.exp() * log_ratio(gw_log_probs, old_log_probs)
+    return teacher_log_probs.exp() * log_ratio(teacher_log_probs, old_log_probs)
 
 
 def minmax_uncertainty(entropy: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -145,10 +145,18 @@ class CPOTerms:
     """
 
     def __init__(
-        self, advantages, gw_log_probs, old_log_probs, entropy, response_mask, seq_rewards, difficulty, success_value
+        self,
+        advantages,
+        teacher_log_probs,
+        old_log_probs,
+        entropy,
+        response_mask,
+        seq_rewards,
+        difficulty,
+        success_value,
     ):
         self.advantages = advantages
-        self.gw_log_probs = gw_log_probs
+        self.teacher_log_probs = teacher_log_probs
         self.old_log_probs = old_log_probs
         self.entropy = entropy
         self.response_mask = response_mask
@@ -187,11 +195,11 @@ class CPOTerms:
 
     @cached_property
     def log_ratio(self) -> torch.Tensor:
-        return log_ratio(self.gw_log_probs, self.old_log_probs)
+        return log_ratio(self.teacher_log_probs, self.old_log_probs)
 
     @cached_property
     def mi(self) -> torch.Tensor:
-        return mutual_information(self.gw_log_probs, self.old_log_probs)
+        return mutual_information(self.teacher_log_probs, self.old_log_probs)
 
     @cached_property
     def mi_clamped(self) -> torch.Tensor:
@@ -221,7 +229,7 @@ class CPOTerms:
     def hint_ratio_sets(self, cpo_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
         """(S⁺, S⁻) = (V ∧ ρ̃ ≥ λ ∧ exp(g) > 0.1,  V ∧ ρ̃ ≤ 1/λ ∧ exp(o) > 0.1), ρ̃ = clamp(exp δ, 1/λ, λ)."""
         ratio = self.log_ratio.exp().clamp(1.0 / cpo_lambda, cpo_lambda)
-        hint_favoured = self.valid & (ratio >= cpo_lambda) & (self.gw_log_probs.exp() > 0.1)
+        hint_favoured = self.valid & (ratio >= cpo_lambda) & (self.teacher_log_probs.exp() > 0.1)
         hint_disfavoured = self.valid & (ratio <= 1.0 / cpo_lambda) & (self.old_log_probs.exp() > 0.1)
         return hint_favoured, hint_disfavoured
 
@@ -231,7 +239,7 @@ class CPOTerms:
 # ----------------------------------------------------------------------------------------------------------------------
 
 CPOWrapper = Callable[..., torch.Tensor]
-# A wrapper's hint-row rule: rule(rows, cfg) -> bool [B], the rows whose output depends on gw_log_probs.
+# A wrapper's hint-row rule: rule(rows, cfg) -> bool [B], the rows whose output depends on teacher_log_probs.
 HintRowRule = Callable[[CPORows, object], torch.Tensor]
 
 
@@ -265,7 +273,7 @@ def as_wrapper(formula: Callable[[CPOTerms, object], torch.Tensor]) -> CPOWrappe
     def wrapper(
         advantages: torch.Tensor,
         *,
-        gw_log_probs: torch.Tensor,
+        teacher_log_probs: torch.Tensor,
         old_log_probs: torch.Tensor,
         entropy: torch.Tensor,
         response_mask: torch.Tensor,
@@ -275,7 +283,7 @@ def as_wrapper(formula: Callable[[CPOTerms, object], torch.Tensor]) -> CPOWrappe
     ) -> torch.Tensor:
         terms = CPOTerms(
             advantages,
-            gw_log_probs,
+            teacher_log_probs,
             old_log_probs,
             entropy,
             response_mask,

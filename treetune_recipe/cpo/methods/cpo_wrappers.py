@@ -63,10 +63,10 @@ def register_cpo_wrapper(name: str, hint_rows: HintRowRule = every_row):
     """Register an advantage wrapper as the CPO-family method ``name`` (``cpo.method``); a name can be
     registered once.
 
-    A wrapper has the signature ``fn(advantages, *, gw_log_probs, old_log_probs, entropy, response_mask,
+    A wrapper has the signature ``fn(advantages, *, teacher_log_probs, old_log_probs, entropy, response_mask,
     seq_rewards, difficulty, cfg) -> Tensor`` and returns a new ``[B, T]`` tensor without modifying its inputs;
     ``cfg`` carries the knobs and ``success_value`` (the reward of a correct response; 1 when ``cfg`` has none).
-    ``hint_rows`` says which rows read ``gw_log_probs`` (see :func:`rows_reading_hint`); the default, every row, is
+    ``hint_rows`` says which rows read ``teacher_log_probs`` (see :func:`rows_reading_hint`); the default, every row, is
     always correct but scores more rows under the hint than a wrapper may need. A CPO wrapper's teacher is the rollout
     policy and it has no knobs of its own (it reads ``cpo.cpo_lambda``, ``cpo.pos_alpha``, ``cpo.neg_alpha``).
     """

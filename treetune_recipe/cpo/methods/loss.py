@@ -40,7 +40,7 @@ from treetune_recipe.cpo.methods.advantage_terms import succeeded
 from treetune_recipe.cpo.methods.core_algos import apply_loss_position
 
 # Batch keys the CPO loss reads; the trainer adds the first three (names fixed) before the actor update.
-CPO_BATCH_KEYS = ("gw_log_probs", "seq_rewards", "difficulty", "old_log_probs", "advantages", "response_mask")
+CPO_BATCH_KEYS = ("teacher_log_probs", "seq_rewards", "difficulty", "old_log_probs", "advantages", "response_mask")
 #: Batch key of a distribution-level method (the trainer adds it beside the teacher's token columns,
 #: ``treetune_verl.update_teacher.TEACHER_COLUMNS``): 1/0 per row, has a teacher context (0: the row has no teacher).
 CONTEXT_MASK = "cpo_context_mask"
@@ -125,14 +125,15 @@ def policy_term(config, model_output, data, dp_group, cpo, weight: float):
         missing = [key for key in CPO_BATCH_KEYS if key not in data.keys()]
         if missing:
             raise KeyError(
-                f"cpo_ppo_loss: the batch lacks {missing}. The CPO trainer adds gw_log_probs (hint-guided log-probs of "
-                "the response), seq_rewards and difficulty before the actor update; is the CPO trainer in use?"
+                f"cpo_ppo_loss: the batch lacks {missing}. The CPO trainer adds teacher_log_probs (the teacher's "
+                "log-probs of the response), seq_rewards and difficulty before the actor update; is the CPO trainer in "
+                "use?"
             )
         with torch.no_grad():
             entropy = no_padding_2_padding(model_output["entropy"], data).detach().to(advantages.dtype)
             new_advantages = method.advantage(
                 advantages,
-                gw_log_probs=data["gw_log_probs"],
+                teacher_log_probs=data["teacher_log_probs"],
                 old_log_probs=data["old_log_probs"],
                 entropy=entropy,
                 response_mask=response_mask,
@@ -343,5 +344,5 @@ def reference_term(config, model_output: dict, data, cpo, aggregation):
         loss_agg_mode=config.loss_agg_mode,
         **config.global_batch_info,
     )
-    loss = float(getattr(cpo.knobs, reference.weight)) * loss
+    loss = float(getattr(cpo.knobs, reference.weight_knob)) * loss
     return loss, {"actor/reference_loss": Metric(value=loss, aggregation=aggregation)}

@@ -63,19 +63,19 @@ class Distillation:
         token_loss: ``fn(student [M, n], teacher [M, n], knobs) -> [M]``, the per-token divergence of full-vocabulary
             log-probs gathered at ``n`` ids (``n`` = k, or the vocabulary).
         ids: whose top-k ids both sides are gathered at (:data:`DISTILLATION_IDS`; the student's carry no gradient).
-        topk: the knob holding k (0: every id), or None for a term that always reads the whole vocabulary.
+        topk_knob: the knob holding k (0: every id), or None for a term that always reads the whole vocabulary.
         token_weight: ``fn(log_probs [B, T], old_log_probs [B, T], knobs) -> [B, T]``, a detached per-token weight
             (SDPO's clipped importance ratio), or None.
-        weight: the knob holding the term's weight (SDPG's β), or None for 1.
+        weight_knob: the knob holding the term's weight (SDPG's β), or None for 1.
         gate: ``fn(advantages [B, T], knobs) -> [B, T]`` (0/1), the tokens the term keeps (SDPG's positive-advantage
             gating), or None for all.
     """
 
     token_loss: Callable[..., Any]
     ids: str = "teacher_topk"
-    topk: str | None = None
+    topk_knob: str | None = None
     token_weight: Callable[..., Any] | None = None
-    weight: str | None = None
+    weight_knob: str | None = None
     gate: Callable[..., Any] | None = None
 
 
@@ -86,11 +86,11 @@ class ReferenceTerm:
     Attributes:
         penalty: ``fn(log_ratio [B, T], knobs) -> [B, T]``, differentiable in the log-ratio (the current policy's
             log-prob minus verl's reference log-prob of the sampled token).
-        weight: the knob holding the term's weight (SDPG's α).
+        weight_knob: the knob holding the term's weight (SDPG's α).
     """
 
     penalty: Callable[..., Any]
-    weight: str
+    weight_knob: str
 
 
 class TermWeights(NamedTuple):
@@ -109,10 +109,10 @@ class Method:
         family: its documentation page, ``agent-docs/methods/<family>.md``.
         summary: its formula or loss in one line (the start-up log prints it).
         policy: the policy-gradient term (:data:`POLICY_TERMS`).
-        advantage: with ``policy="shaped"``, the wrapper ``fn(advantages, *, gw_log_probs, old_log_probs, entropy,
-            response_mask, seq_rewards, difficulty, cfg) -> [B, T]``; ``gw_log_probs`` is the teacher's log-prob of
+        advantage: with ``policy="shaped"``, the wrapper ``fn(advantages, *, teacher_log_probs, old_log_probs, entropy,
+            response_mask, seq_rewards, difficulty, cfg) -> [B, T]``; ``teacher_log_probs`` is the teacher's log-prob of
             each sampled token, scored before the update.
-        hint_rows: ``rule(rows, cfg) -> bool [B]``, the rows whose shaped advantages read ``gw_log_probs``.
+        hint_rows: ``rule(rows, cfg) -> bool [B]``, the rows whose shaped advantages read ``teacher_log_probs``.
         distillation: the distillation term, computed inside the update (verl 0.9.1's logits hook), or None.
         reference: the reference term, or None.
         term_weights: ``fn(knobs) -> TermWeights`` when a knob switches the terms on and off (SDPO's
@@ -160,11 +160,11 @@ class Method:
         if distillation is not None:
             if distillation.ids not in DISTILLATION_IDS:
                 raise ValueError(f"method {self.name!r}: distillation ids must be one of {DISTILLATION_IDS}.")
-            for knob in (distillation.topk, distillation.weight):
+            for knob in (distillation.topk_knob, distillation.weight_knob):
                 if knob is not None and knob not in knob_names:
                     raise ValueError(f"method {self.name!r}: the distillation term names no knob {knob!r}.")
-        if self.reference is not None and self.reference.weight not in knob_names:
-            raise ValueError(f"method {self.name!r}: the reference term names no knob {self.reference.weight!r}.")
+        if self.reference is not None and self.reference.weight_knob not in knob_names:
+            raise ValueError(f"method {self.name!r}: the reference term names no knob {self.reference.weight_knob!r}.")
         if self.token_loss_agg not in TOKEN_LOSS_AGGS:
             raise ValueError(f"method {self.name!r}: token_loss_agg must be one of {TOKEN_LOSS_AGGS}.")
         if self.context not in CONTEXTS:
@@ -196,14 +196,16 @@ class Method:
             return self.term_weights(knobs)
         distillation = 0.0
         if self.distillation is not None:
-            distillation = 1.0 if self.distillation.weight is None else float(getattr(knobs, self.distillation.weight))
+            distillation = (
+                1.0 if self.distillation.weight_knob is None else float(getattr(knobs, self.distillation.weight_knob))
+            )
         return TermWeights(0.0 if self.policy == "none" else 1.0, distillation)
 
     def topk(self, knobs: Any) -> int | None:
         """k of the distillation term at ``knobs`` (0: every id), or None without a distillation term."""
         if self.distillation is None:
             return None
-        return 0 if self.distillation.topk is None else int(getattr(knobs, self.distillation.topk))
+        return 0 if self.distillation.topk_knob is None else int(getattr(knobs, self.distillation.topk_knob))
 
     def step_knobs(self, knobs: Any, step: int, total_steps: int) -> tuple[Any, dict[str, float]]:
         """The knobs of training step ``step`` of ``total_steps`` and the schedule's metrics (as given without one)."""
@@ -222,7 +224,7 @@ class Method:
             )
         if self.distillation is not None and weights.distillation:
             ids = {"teacher_topk": "the teacher's top-k", "student_topk": "the student's top-k"}[self.distillation.ids]
-            support = "the whole vocabulary" if self.distillation.topk is None else ids
+            support = "the whole vocabulary" if self.distillation.topk_knob is None else ids
             terms.append(f"distillation over {support} (in the update)")
         if self.reference is not None:
             terms.append("a reference term")

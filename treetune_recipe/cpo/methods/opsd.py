@@ -97,7 +97,7 @@ register_method(
         family="opsd",
         summary="JSD_β(student ‖ teacher) per token over the teacher's top-k, renormalised; replaces the PG loss",
         policy="none",
-        distillation=Distillation(opsd_jsd, ids="teacher_topk", topk="top_k"),
+        distillation=Distillation(opsd_jsd, ids="teacher_topk", topk_knob="top_k"),
         published_teacher="initial",
         knobs=OPSDKnobs,
         run_settings=OPSD_RUN_SETTINGS,

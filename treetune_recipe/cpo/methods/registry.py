@@ -63,11 +63,11 @@ def rows_reading_hint(
     cfg,
     advantages: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The rows whose shaped advantages depend on ``gw_log_probs`` under method ``name`` and ``cfg``.
+    """The rows whose shaped advantages depend on ``teacher_log_probs`` under method ``name`` and ``cfg``.
 
-    On every other row the wrapper's output is bit-for-bit the same whatever ``gw_log_probs`` holds there, so the
+    On every other row the wrapper's output is bit-for-bit the same whatever ``teacher_log_probs`` holds there, so the
     trainer scores only these rows under the hint prompt (``cpo.hint.rescore=needed``) and gives the others
-    ``gw_log_probs = old_log_probs``. Each method declares its rule (``Method.hint_rows``); a distribution-level
+    ``teacher_log_probs = old_log_probs``. Each method declares its rule (``Method.hint_rows``); a distribution-level
     method reads every row.
 
     Args:

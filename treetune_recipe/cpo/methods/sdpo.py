@@ -113,7 +113,7 @@ register_method(
         summary="min(π/π_old, 2)·JSD_α over the student's top-k + tail, teacher shown a successful sibling; "
         "replaces the PG loss",
         policy="verifier",
-        distillation=Distillation(sdpo_divergence, ids="student_topk", topk="top_k", token_weight=sdpo_weight),
+        distillation=Distillation(sdpo_divergence, ids="student_topk", topk_knob="top_k", token_weight=sdpo_weight),
         term_weights=sdpo_terms,
         context="successful_sibling",
         published_teacher="ema",

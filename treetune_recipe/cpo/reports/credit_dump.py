@@ -18,7 +18,7 @@ At each step listed in ``cpo.credit_dump.steps`` the trainer (on the driver, rig
 responses of mixed groups, responses of all-wrong and of all-correct groups) so that each kind is shown. Per response:
 the plain prompt and the teacher's prompt (``hint_prompt``: the prompt under the run's context, named in the file's
 ``context``; text and token ids), the reward, the group difficulty and, per response token,
-its text and id, ``o`` (``old_log_probs``), ``g`` (``gw_log_probs``, from the run's teacher, named in the file's
+its text and id, ``o`` (``old_log_probs``), ``g`` (``teacher_log_probs``, from the run's teacher, named in the file's
 ``teacher``), ``δ = g − o``, the entropy, the GRPO advantage
 ``A`` and the advantage after the configured wrapper.
 
@@ -129,7 +129,7 @@ def build_dump(
 
     Args:
         batch: the training ``DataProto`` right before the actor update, holding ``prompts``, ``responses``,
-            ``attention_mask``, ``response_mask [B, T]``, ``advantages``, ``old_log_probs``, ``gw_log_probs``,
+            ``attention_mask``, ``response_mask [B, T]``, ``advantages``, ``old_log_probs``, ``teacher_log_probs``,
             ``seq_rewards [B]`` and ``difficulty [B]``.
         hint_batch: the teacher batch of the same step under the run's context (``prompts``, ``attention_mask``).
         entropy: ``[B, T]`` token entropy used for the wrapper.
@@ -145,7 +145,7 @@ def build_dump(
     advantages, old, gw = (
         tensors["advantages"].float(),
         tensors["old_log_probs"].float(),
-        tensors["gw_log_probs"].float(),
+        tensors["teacher_log_probs"].float(),
     )
     method = cpo_config.selected_method
     if method.distribution_level:
@@ -153,7 +153,7 @@ def build_dump(
     else:
         shaped = get_cpo_wrapper(cpo_config.method)(
             advantages,
-            gw_log_probs=gw,
+            teacher_log_probs=gw,
             old_log_probs=old,
             entropy=entropy.float(),
             response_mask=tensors["response_mask"],
@@ -190,7 +190,7 @@ def build_dump(
             "prompt_ids": prompt_ids,
             "hint_prompt_ids": hint_prompt_ids,
             "old_log_probs": values(old),
-            "gw_log_probs": values(gw),
+            "teacher_log_probs": values(gw),
             "delta": values(gw - old),
             "entropy": values(entropy.float()),
             "advantage": values(advantages),

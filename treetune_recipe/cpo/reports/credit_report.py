@@ -15,8 +15,8 @@
 
 For a few responses per dumped step (``--per-kind`` of each kind: correct / wrong in mixed groups, all-wrong and
 all-correct groups) the page shows the prompt, the hint prompt, the reward and every response token coloured by
-``δ = gw_log_probs − old_log_probs`` or, switchable, by the advantage change of the run's wrapper (blue > 0, red < 0,
-white 0); hovering a token shows its exact values. A distribution-level method's dump (OPSD, SDPO) has no shaped
+``δ = teacher_log_probs − old_log_probs`` or, switchable, by the advantage change of the run's wrapper (blue > 0, red
+< 0, white 0); hovering a token shows its exact values. A distribution-level method's dump (OPSD, SDPO) has no shaped
 advantage: its second colouring is the method's per-token loss, the hover adds the teacher's most likely ids, and each
 row says whether it had a teacher context. No server, no network: inline CSS and a few lines of JS (without
 JS the page still shows the δ colours and the hover values). Works on any run's dump, CPU or GPU.
@@ -97,7 +97,7 @@ def _token_span(row: dict, i: int, delta_scale: float) -> str:
     title = f"token {i}: {row['tokens'][i]!r}\n"
     if "advantage_shaped" in row:
         title += (
-            f"δ = {row['delta'][i]:.6f} (g = {row['gw_log_probs'][i]:.6f}, o = {row['old_log_probs'][i]:.6f})\n"
+            f"δ = {row['delta'][i]:.6f} (g = {row['teacher_log_probs'][i]:.6f}, o = {row['old_log_probs'][i]:.6f})\n"
             f"entropy = {row['entropy'][i]:.6f}\n"
             f"advantage {row['advantage'][i]:.6f} -> {row['advantage_shaped'][i]:.6f} (change {change:.6f})"
         )
@@ -155,8 +155,9 @@ def render_report(dumps: list[dict], per_kind: int = 2, title: str = "CPO token 
         "<p>Each response token is coloured by <b id='mode'>δ = g − o</b>: blue where the hint-guided prompt makes the "
         "sampled token more likely (g > o, or a positive advantage change), red where less; white is 0. One colour "
         "scale per step (given under its title). Hover a token for its exact values.</p>"
-        "<p><label><input type='radio' name='m' id='m-delta' checked onclick=\"paint('delta')\"> δ = gw_log_probs − "
-        "old_log_probs</label> &nbsp; <label><input type='radio' name='m' id='m-adv' onclick=\"paint('adv')\"> "
+        "<p><label><input type='radio' name='m' id='m-delta' checked onclick=\"paint('delta')\"> "
+        "δ = teacher_log_probs − old_log_probs</label> &nbsp; "
+        "<label><input type='radio' name='m' id='m-adv' onclick=\"paint('adv')\"> "
         "advantage change of the wrapper, or the per-token loss of a distribution-level method (open the page as "
         "report.html#adv to start with it)"
         "</label></p>" + "".join(sections) + "</body></html>"

@@ -13,10 +13,10 @@
 # limitations under the License.
 """The hint-guided batch of CPO: the same responses, scored under a prompt that contains the gold solution.
 
-After verl has computed the advantages, CPO needs ``gw_log_probs[i, t] = log pi_old(y_t | hint prompt_i, y_<t)`` for
-every rollout row ``i`` and its *unchanged* response tokens ``y``. :func:`build_hint_batch` turns the trainer's batch
-into a second ``DataProto`` that verl's ``_compute_old_log_prob`` accepts; its ``old_log_probs`` are the
-``gw_log_probs``.
+After verl has computed the advantages, CPO needs ``teacher_log_probs[i, t] = log pi_old(y_t | hint prompt_i, y_<t)``
+for every rollout row ``i`` and its *unchanged* response tokens ``y``. :func:`build_hint_batch` turns the trainer's
+batch into a second ``DataProto`` that verl's ``_compute_old_log_prob`` accepts; its ``old_log_probs`` are the
+``teacher_log_probs``.
 
 How a hint prompt is made (once per prompt group, i.e. per ``uid``, then broadcast to the group's n rows):
 
@@ -32,7 +32,7 @@ How a hint prompt is made (once per prompt group, i.e. per ``uid``, then broadca
 
 Groups without a solution: ``on_missing="error"`` raises; ``"skip"`` keeps the group's original prompt in the hint
 batch and marks its rows in ``hint_batch.non_tensor_batch["hint_missing"]`` (bool ``[B]``). The trainer then uses the
-plain ``old_log_probs`` as ``gw_log_probs`` on those rows, so their log-ratio is exactly 0::
+plain ``old_log_probs`` as ``teacher_log_probs`` on those rows, so their log-ratio is exactly 0::
 
     gw = torch.where(torch.as_tensor(hint_missing)[:, None], batch.batch["old_log_probs"], hint_old_log_probs)
 """
@@ -106,15 +106,15 @@ class HintConfig:
         512, "Extra tokens over data.max_prompt_length for the hint prompt when max_prompt_length is null."
     )
     on_missing: str = _config_field(
-        "error", "Group without a solution: 'error' (raise) or 'skip' (gw_log_probs = old_log_probs for it)."
+        "error", "Group without a solution: 'error' (raise) or 'skip' (teacher_log_probs = old_log_probs for it)."
     )
     allow_all_missing: bool = _config_field(
         False, "With on_missing=skip, start even when no training row has a solution (the run is then plain GRPO)."
     )
     rescore: str = _config_field(
         "needed",
-        "Rows scored under the hint: 'needed' (only those whose shaped advantages read gw_log_probs, see "
-        "methods.registry.rows_reading_hint; the others get gw_log_probs = old_log_probs) or 'all'.",
+        "Rows scored under the hint: 'needed' (only those whose shaped advantages read teacher_log_probs, see "
+        "methods.registry.rows_reading_hint; the others get teacher_log_probs = old_log_probs) or 'all'.",
     )
 
     def __post_init__(self):

@@ -26,7 +26,7 @@ method's declaration (:mod:`treetune_recipe.cpo.methods.method`):
   gold solution, the answer, a successful sibling or the environment's feedback):
   - a shaped policy term (``Method.policy="shaped"``): the rows whose shaped advantages read the hint
     (``cpo.hint.rescore=needed``, ``rows_reading_hint``; ``all``: every row) are scored under the context's prompt by
-    the run's teacher (``gw_log_probs``; ``old_log_probs`` on the other rows and on the rows without a context);
+    the run's teacher (``teacher_log_probs``; ``old_log_probs`` on the other rows and on the rows without a context);
   - a distribution-level method: every row's teacher prompt travels with the update's batch as token columns
     (``treetune_verl.update_teacher``), and the update runs with the student's logits handed to the loss
     (``student_logits_in_update``), which runs the teacher's forward on the same micro-batch, on the worker: no
@@ -174,17 +174,17 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         dump_step = self.global_steps in self.cpo_config.credit_dump.steps
         hint_metrics, hint_batch = {}, None
         if self.method.policy == "shaped":
-            gw_log_probs, scored_rows, hint_metrics, hint_batch = self._hint_log_probs(
+            teacher_log_probs, scored_rows, hint_metrics, hint_batch = self._hint_log_probs(
                 batch, seq_rewards, difficulty, timing, score_all=dump_step
             )
         else:
-            # No sampled-token pass: gw_log_probs = old_log_probs, and no row's δ statistics are logged.
-            gw_log_probs = batch.batch["old_log_probs"].clone()
+            # No sampled-token pass: teacher_log_probs = old_log_probs, and no row's δ statistics are logged.
+            teacher_log_probs = batch.batch["old_log_probs"].clone()
             scored_rows = torch.zeros(len(batch), dtype=torch.bool)
         if self.method.distribution_level:
             distribution_metrics, hint_batch = self._distribution_teacher_pass(batch, seq_rewards, timing)
             hint_metrics = {**distribution_metrics, **hint_metrics}
-        batch.batch["gw_log_probs"] = gw_log_probs
+        batch.batch["teacher_log_probs"] = teacher_log_probs
         batch.batch["seq_rewards"] = seq_rewards
         batch.batch["difficulty"] = difficulty
         if dump_step:
@@ -258,7 +258,7 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         timing: dict[str, float],
         score_all: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float], DataProto | None]:
-        """``gw_log_probs`` of the batch: the rows that read them scored under the run's teacher context (the hint
+        """``teacher_log_probs`` of the batch: the rows that read them scored under the run's teacher context (the hint
         prompt of the gold solution, the answer, a sibling or the feedback: ``teacher.contexts``), ``old_log_probs``
         elsewhere.
 
@@ -270,9 +270,9 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
             score_all: score every row, as with ``cpo.hint.rescore=all`` (credit-dump steps).
 
         Returns:
-            ``(gw_log_probs [B, T], scored_rows bool [B], metrics, hint_batch)``; ``scored_rows`` are the rows really
-            scored under a hint prompt; ``metrics`` has ``cpo/hint_rows_frac``, ``cpo/hint_token_ratio`` (tokens of
-            the hinted pass over tokens of the old-log-prob pass, both without padding; 0 without a pass) and, when
+            ``(teacher_log_probs [B, T], scored_rows bool [B], metrics, hint_batch)``; ``scored_rows`` are the rows
+            really scored under a hint prompt; ``metrics`` has ``cpo/hint_rows_frac``, ``cpo/hint_token_ratio`` (tokens
+            of the hinted pass over tokens of the old-log-prob pass, both without padding; 0 without a pass) and, when
             a pass ran, the context's metrics (``cpo/context_frac`` over the selected rows); ``hint_batch`` holds the
             teacher prompts of the selected rows (None when no pass ran).
         """
@@ -288,10 +288,10 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
                 advantages=batch.batch["advantages"],
             ).cpu()
         metrics = {"cpo/hint_rows_frac": rows.float().mean().item(), "cpo/hint_token_ratio": 0.0}
-        gw_log_probs = old_log_probs.clone()
+        teacher_log_probs = old_log_probs.clone()
         scored_rows = torch.zeros(len(batch), dtype=torch.bool)
         if not rows.any():
-            return gw_log_probs, scored_rows, metrics, None
+            return teacher_log_probs, scored_rows, metrics, None
 
         with marked_timer("cpo_hint_batch", timing):
             hint_batch, has_context, build_metrics = self._build_teacher_rows(batch, seq_rewards, rows=rows)
@@ -299,11 +299,11 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
             hinted = self._score_hint_batch(hint_batch).to(old_log_probs.device)
         has_context = has_context.to(old_log_probs.device)
         hinted = torch.where(has_context[:, None], hinted * batch.batch["response_mask"][rows], old_log_probs[rows])
-        gw_log_probs[rows] = hinted
+        teacher_log_probs[rows] = hinted
         scored_rows[rows] = has_context.cpu()
         plain_tokens = batch.batch["attention_mask"].sum()
         metrics["cpo/hint_token_ratio"] = (hint_batch.batch["attention_mask"].sum() / plain_tokens).item()
-        return gw_log_probs, scored_rows, {**metrics, **build_metrics}, hint_batch
+        return teacher_log_probs, scored_rows, {**metrics, **build_metrics}, hint_batch
 
     def _build_teacher_rows(
         self, batch: DataProto, seq_rewards: torch.Tensor, rows: torch.Tensor | None = None
@@ -363,8 +363,8 @@ class RayCPOTrainer(CompleteCheckpointsMixin, RolloutHealthMixin, RayPPOTrainer)
         out when there is none (e.g. ``cpo/{log_ratio,mi}_mean/correct`` for a step without scored correct rows).
         """
         valid = batch.batch["response_mask"].bool()
-        gw_log_probs, old_log_probs = batch.batch["gw_log_probs"], batch.batch["old_log_probs"]
-        ratios, mis = log_ratio(gw_log_probs, old_log_probs), mutual_information(gw_log_probs, old_log_probs)
+        teacher_log_probs, old_log_probs = batch.batch["teacher_log_probs"], batch.batch["old_log_probs"]
+        ratios, mis = log_ratio(teacher_log_probs, old_log_probs), mutual_information(teacher_log_probs, old_log_probs)
         correct_rows = succeeded(batch.batch["seq_rewards"], self.cpo_config.success_value)
         metrics = {}
         scored_tokens = valid & scored_rows.to(valid.device)[:, None]

@@ -34,7 +34,7 @@ def _inputs(bsz: int = 64, width: int = 257) -> dict:
     old = -torch.rand(bsz, width, generator=gen) * 4 * mask
     return dict(
         advantages=torch.randn(bsz, 1, generator=gen) * mask,
-        gw_log_probs=(old + torch.randn(bsz, width, generator=gen)).clamp(max=0) * mask,
+        teacher_log_probs=(old + torch.randn(bsz, width, generator=gen)).clamp(max=0) * mask,
         old_log_probs=old,
         entropy=torch.rand(bsz, width, generator=gen) * 3 * mask,
         response_mask=mask,

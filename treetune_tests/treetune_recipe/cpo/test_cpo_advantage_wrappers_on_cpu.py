@@ -85,7 +85,7 @@ def _golden_inputs(case: str, difficulty: str) -> dict:
     inputs, tensors = GOLDEN["inputs"], GOLDEN["inputs"][f"case_{case}"]
     return dict(
         advantages=_t(inputs["advantages"]),
-        gw_log_probs=_t(tensors["gw_yl_log_probs"]),
+        teacher_log_probs=_t(tensors["gw_yl_log_probs"]),
         old_log_probs=_t(tensors["old_log_probs"]),
         entropy=_t(inputs["entropys"]),
         response_mask=_t(inputs["response_mask"]),
@@ -111,7 +111,7 @@ def test_wrapper_matches_reference_golden(name, case, difficulty, config):
 @pytest.mark.parametrize("case", ["A", "B"])
 def test_primitives_match_reference_intermediates(case):
     inputs, expected = _golden_inputs(case, "D0"), GOLDEN["intermediates"][case]
-    g, o, mask = inputs["gw_log_probs"], inputs["old_log_probs"], inputs["response_mask"]
+    g, o, mask = inputs["teacher_log_probs"], inputs["old_log_probs"], inputs["response_mask"]
     torch.testing.assert_close(mutual_information(g, o), _t(expected["mi"]), atol=1e-5, rtol=0)
     # The golden padded column of U is whatever the reference left there; only valid tokens are ever read.
     uncertainty = minmax_uncertainty(inputs["entropy"], mask.bool())
@@ -255,7 +255,7 @@ def random_inputs(seed: int, bsz: int = 12, width: int = 9) -> dict:
     gw[pad], old[pad], entropy[pad] = -0.01, -9.0, 7.0  # poisoned padding (the reference pads with zeros)
     return dict(
         advantages=advantages,
-        gw_log_probs=gw,
+        teacher_log_probs=gw,
         old_log_probs=old,
         entropy=entropy,
         response_mask=mask,
@@ -281,7 +281,7 @@ def test_wrapper_matches_reference_style_on_random_inputs(name, seed):
         expected = reference_style(
             name,
             inputs["advantages"],
-            inputs["gw_log_probs"],
+            inputs["teacher_log_probs"],
             inputs["old_log_probs"],
             inputs["entropy"],
             inputs["response_mask"],
@@ -318,7 +318,7 @@ def test_padding_is_returned_unchanged_and_never_read_except_entropy_row_max(nam
     assert not out.isnan().any()
 
     repoisoned = dict(inputs)
-    repoisoned["gw_log_probs"] = inputs["gw_log_probs"].masked_fill(pad, -0.5)
+    repoisoned["teacher_log_probs"] = inputs["teacher_log_probs"].masked_fill(pad, -0.5)
     repoisoned["old_log_probs"] = inputs["old_log_probs"].masked_fill(pad, -30.0)
     torch.testing.assert_close(_call(name, repoisoned, C1), out, rtol=0, atol=0)
 
@@ -355,7 +355,7 @@ def test_exact_reward_equality_decides_correctness():
     inputs["seq_rewards"] = torch.full_like(inputs["seq_rewards"], 1.0 - 1e-6)  # "almost correct" is wrong
     as_wrong = _call("mi2", inputs, C1)
     valid = inputs["response_mask"].bool()
-    mi = mutual_information(inputs["gw_log_probs"], inputs["old_log_probs"])
+    mi = mutual_information(inputs["teacher_log_probs"], inputs["old_log_probs"])
     torch.testing.assert_close(as_wrong[valid], (inputs["advantages"] + 0.5 * mi)[valid])
 
 
@@ -374,7 +374,7 @@ def _peer_inputs() -> dict:
     advantages = _t([[2.0, 2.0, 2.0, 0.0], [-1.0, -1.0, -1.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
     return dict(
         advantages=advantages,
-        gw_log_probs=old + delta,
+        teacher_log_probs=old + delta,
         old_log_probs=old,
         entropy=torch.ones(3, 4),
         response_mask=mask,
@@ -416,7 +416,7 @@ def test_opsd_token_by_hand():
 def test_a_corrupted_teacher_pass_changes_both_peers():
     # The control: with the hinted log-probs shifted by one token, the hand-worked values no longer hold.
     inputs = _peer_inputs()
-    shifted = dict(inputs, gw_log_probs=inputs["gw_log_probs"].roll(1, dims=-1))
+    shifted = dict(inputs, teacher_log_probs=inputs["teacher_log_probs"].roll(1, dims=-1))
     cfg = types.SimpleNamespace(rlsd=RLSDKnobs(mix_lambda=0.5, clip=0.2))
     assert not torch.allclose(_call("rlsd", shifted, cfg), _call("rlsd", inputs, cfg))
     assert not torch.allclose(_call("opsd_token", shifted, cfg), _call("opsd_token", inputs, cfg))
@@ -429,7 +429,7 @@ def test_a_corrupted_teacher_pass_changes_both_peers():
 
 def test_registry_has_the_18_reference_names_and_the_peers_with_the_public_signature():
     assert sorted(CPO_WRAPPERS) == sorted(ALL_NAMES + PEERS)
-    expected = ["advantages", "gw_log_probs", "old_log_probs", "entropy", "response_mask", "seq_rewards",
+    expected = ["advantages", "teacher_log_probs", "old_log_probs", "entropy", "response_mask", "seq_rewards",
                 "difficulty", "cfg"]  # fmt: skip
     for name, fn in CPO_WRAPPERS.items():
         params = inspect.signature(fn).parameters

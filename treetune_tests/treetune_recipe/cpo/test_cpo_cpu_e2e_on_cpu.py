@@ -87,7 +87,11 @@ def dumped_scores(dump: dict):
     """``(old, hinted, mask)`` matrices of a credit dump's rows."""
     rows = dump["rows"]
     mask = as_matrix([[1.0] * len(row["token_ids"]) for row in rows])
-    return as_matrix([row["old_log_probs"] for row in rows]), as_matrix([row["gw_log_probs"] for row in rows]), mask
+    return (
+        as_matrix([row["old_log_probs"] for row in rows]),
+        as_matrix([row["teacher_log_probs"] for row in rows]),
+        mask,
+    )
 
 
 #: Seed of the two-step run: another than the teacher runs', so its rollouts are their seed control.
@@ -146,7 +150,7 @@ def test_cpo_two_steps_shape_advantages_with_the_hint_prompt(two_step_run, conte
             "actor/grad_norm",
         ):
             assert key in values and math.isfinite(values[key]), (step, key)
-        # The hint prompt really changes the response log-probs: gw_log_probs != old_log_probs on some tokens.
+        # The hint prompt really changes the response log-probs: teacher_log_probs != old_log_probs on some tokens.
         assert values["cpo/gw_minus_old_absmean"] > 1e-3, step
         assert values["cpo/hint_missing_frac"] == 0 and values["cpo/hint_truncated_frac"] == 0
         assert 0 < values["cpo/success_frac"] < 1, step

@@ -84,7 +84,7 @@ def _batch(tokenizer):
             "response_mask": response_mask,
             "advantages": torch.tensor([[0.7] * 3, [-0.7] * 3, [0.0] * 3, [0.0] * 3]),
             "old_log_probs": old * response_mask,
-            "gw_log_probs": gw * response_mask,
+            "teacher_log_probs": gw * response_mask,
             "seq_rewards": torch.tensor([1.0, -1.0, -1.0, -1.0]),
             "difficulty": torch.tensor([0, 0, -1, -1]),
         },
@@ -106,7 +106,7 @@ def test_dump_holds_delta_and_the_wrappers_advantage_change(tokenizer):
     ]
     last = dump["rows"][3]
     assert len(last["tokens"]) == 2 and last["prompt"].endswith("Tom has 3 apples.")
-    gw, old = batch.batch["gw_log_probs"][3, :2], batch.batch["old_log_probs"][3, :2]
+    gw, old = batch.batch["teacher_log_probs"][3, :2], batch.batch["old_log_probs"][3, :2]
     torch.testing.assert_close(torch.tensor(last["delta"]), gw - old, atol=2e-6, rtol=0)
     # seq_kl, wrong response of an all-wrong group: A + neg_alpha * (mean delta over its valid tokens)
     expected = torch.full((2,), float((gw - old).mean()))

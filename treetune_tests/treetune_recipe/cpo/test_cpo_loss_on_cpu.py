@@ -81,7 +81,7 @@ def build_engine_batch(seed: int = 0):
     token_level_rewards = torch.zeros(BATCH, RESPONSE_WIDTH)
     token_level_rewards[torch.arange(BATCH), response_lens - 1] = seq_rewards
     old_log_probs = -torch.rand(BATCH, RESPONSE_WIDTH, generator=gen) * 3 * mask
-    gw_log_probs = (old_log_probs + torch.randn(BATCH, RESPONSE_WIDTH, generator=gen)).clamp(max=0) * mask
+    teacher_log_probs = (old_log_probs + torch.randn(BATCH, RESPONSE_WIDTH, generator=gen)).clamp(max=0) * mask
     tensors = {
         "prompts": prompts,
         "responses": responses,
@@ -93,7 +93,7 @@ def build_engine_batch(seed: int = 0):
         "ref_log_prob": old_log_probs + 0.1 * torch.randn(BATCH, RESPONSE_WIDTH, generator=gen) * mask,
         "advantages": torch.randn(BATCH, 1, generator=gen) * mask,
         "token_level_rewards": token_level_rewards,
-        "gw_log_probs": gw_log_probs,
+        "teacher_log_probs": teacher_log_probs,
         "seq_rewards": seq_rewards,
         "difficulty": torch.tensor([0.0, 0.0, 1.0, -1.0, -1.0, 0.0, 1.0, 0.0]),
     }
@@ -144,7 +144,7 @@ def shaped_inputs(batch, cpo) -> tuple[torch.Tensor, torch.Tensor]:
     data, entropy = batch.data, batch.padded_entropy
     advantages = get_cpo_wrapper(cpo.method)(
         data["advantages"],
-        gw_log_probs=data["gw_log_probs"],
+        teacher_log_probs=data["teacher_log_probs"],
         old_log_probs=data["old_log_probs"],
         entropy=entropy,
         response_mask=data["response_mask"],
@@ -269,9 +269,9 @@ def test_missing_entropy_says_it_must_be_requested(actor_config_factory):
         cpo_ppo_loss(actor_config_factory(), output, batch.data, cpo=CPOConfig())
 
 
-def test_missing_gw_log_probs_is_named(actor_config_factory):
+def test_missing_teacher_log_probs_is_named(actor_config_factory):
     batch = build_engine_batch()
     data = batch.data.copy()
-    del data["gw_log_probs"]
-    with pytest.raises(KeyError, match="gw_log_probs"):
+    del data["teacher_log_probs"]
+    with pytest.raises(KeyError, match="teacher_log_probs"):
         cpo_ppo_loss(actor_config_factory(), model_output_for(batch, range(BATCH), data), data, cpo=CPOConfig())

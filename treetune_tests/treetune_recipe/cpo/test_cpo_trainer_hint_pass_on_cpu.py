@@ -40,7 +40,7 @@ from treetune_recipe.cpo.trainer import ray_trainer
 from treetune_tests.support.cpo_trainer import FakeActorGroup, fake_log_probs, make_trainer, rollout_batch
 from treetune_tests.support.hint_batches import PROBLEMS, make_batch
 
-LOSS_INPUTS = ("advantages", "old_log_probs", "response_mask", "seq_rewards", "difficulty", "gw_log_probs")
+LOSS_INPUTS = ("advantages", "old_log_probs", "response_mask", "seq_rewards", "difficulty", "teacher_log_probs")
 
 pytestmark = pytest.mark.usefixtures("verl_pad_helpers")  # the trainer's passes unpad with them
 
@@ -77,8 +77,8 @@ def teacher_rows(trainer, batch: DataProto, seq_rewards: torch.Tensor):
 
 
 def expected_gw(trainer, batch: DataProto, seq_rewards: torch.Tensor) -> torch.Tensor:
-    """gw_log_probs of every row, computed directly: the fake actor on the full teacher batch, masked by the response
-    (``old_log_probs`` on a row without a context)."""
+    """teacher_log_probs of every row, computed directly: the fake actor on the full teacher batch, masked by the
+    response (``old_log_probs`` on a row without a context)."""
     hint_batch, has_context, _ = teacher_rows(trainer, batch, seq_rewards)
     td = left_right_2_no_padding(hint_batch.to_tensordict())
     per_row = [fake_log_probs(ids) for ids in td["input_ids"].unbind()]
@@ -122,9 +122,9 @@ def test_needed_and_all_give_identical_loss_inputs_and_shaped_advantages(monkeyp
     )
     assert 0 < rows.sum() < len(rows)  # a real subset: the comparison below means something
 
-    # The loss inputs, tensor by tensor: identical, except gw_log_probs on the rows that never read them.
+    # The loss inputs, tensor by tensor: identical, except teacher_log_probs on the rows that never read them.
     for key in LOSS_INPUTS:
-        if key == "gw_log_probs":
+        if key == "teacher_log_probs":
             torch.testing.assert_close(inputs_needed[key][rows], inputs_all[key][rows], rtol=0, atol=0)
             torch.testing.assert_close(inputs_needed[key][~rows], old_log_probs[~rows], rtol=0, atol=0)
         else:
@@ -134,7 +134,7 @@ def test_needed_and_all_give_identical_loss_inputs_and_shaped_advantages(monkeyp
     )
     # The rows were scattered back where they belong (checked against a direct computation, not the trainer's).
     torch.testing.assert_close(
-        inputs_all["gw_log_probs"], expected_gw(trainer, batch, inputs_all["seq_rewards"]), rtol=0, atol=0
+        inputs_all["teacher_log_probs"], expected_gw(trainer, batch, inputs_all["seq_rewards"]), rtol=0, atol=0
     )
 
     # Only the selected rows (plus the padding verl needs) went through the hinted pass.
@@ -263,7 +263,7 @@ def test_a_step_where_no_row_reads_the_hint_skips_the_hinted_pass(monkeypatch):
     assert metrics["cpo/hint_rows_frac"] == 0.0
     assert "timing_s/cpo_gw_log_prob" not in metrics and "timing_s/cpo_hint_batch" not in metrics
     assert "cpo/gw_minus_old_mean" not in metrics  # no row was scored under a hint
-    torch.testing.assert_close(inputs["gw_log_probs"], batch.batch["old_log_probs"], rtol=0, atol=0)
+    torch.testing.assert_close(inputs["teacher_log_probs"], batch.batch["old_log_probs"], rtol=0, atol=0)
 
 
 def test_with_offloaded_parameters_the_hinted_pass_keeps_the_offload_switch(monkeypatch):

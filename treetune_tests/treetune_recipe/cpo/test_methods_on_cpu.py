@@ -68,7 +68,7 @@ def test_sdpo_is_declared_whole_in_one_place():
         distillation.token_loss.__module__ == distillation.token_weight.__module__ == "treetune_recipe.cpo.methods.sdpo"
     )
     assert (distillation.ids, sdpo.context, sdpo.published_teacher) == ("student_topk", "successful_sibling", "ema")
-    assert sdpo.knobs is SDPOKnobs and distillation.topk == "top_k" and sdpo.topk(SDPOKnobs()) == 100
+    assert sdpo.knobs is SDPOKnobs and distillation.topk_knob == "top_k" and sdpo.topk(SDPOKnobs()) == 100
     assert SDPOKnobs() == SDPOKnobs(alpha=0.5, top_k=100, is_clip=2.0, exclude_self=True)
     # TRL's modes: the published loss is the distillation term alone; hybrid adds the verifier's PG term.
     assert sdpo.weights(SDPOKnobs()) == (0.0, 1.0)
@@ -85,11 +85,11 @@ def test_a_declaration_that_cannot_run_is_refused():
     with pytest.raises(ValueError, match="without a policy term it needs a distillation term"):
         Method(name="x", family="opsd", summary="", policy="none")
     with pytest.raises(ValueError, match="the distillation term names no knob 'k'"):
-        Method(name="x", family="opsd", summary="", distillation=Distillation(print, topk="k"), knobs=SDPOKnobs)
+        Method(name="x", family="opsd", summary="", distillation=Distillation(print, topk_knob="k"), knobs=SDPOKnobs)
     with pytest.raises(ValueError, match="distillation ids must be one of"):
         Method(name="x", family="opsd", summary="", distillation=Distillation(print, ids="sampled"))
     with pytest.raises(ValueError, match="the reference term names no knob 'alpha'"):
-        Method(name="x", family="sdpg", summary="", reference=ReferenceTerm(print, weight="alpha"))
+        Method(name="x", family="sdpg", summary="", reference=ReferenceTerm(print, weight_knob="alpha"))
     with pytest.raises(ValueError, match="a sibling context needs the knob exclude_self"):
         Method(name="x", family="cpo", summary="", policy="shaped", advantage=print, context="successful_sibling")
     with pytest.raises(ValueError, match="alias 'old' names no knob 'new'"):

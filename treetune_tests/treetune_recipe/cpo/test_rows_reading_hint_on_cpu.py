@@ -11,13 +11,13 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""``rows_reading_hint``: which rows of a batch read ``gw_log_probs``, proved on every wrapper x α grid x batch.
+"""``rows_reading_hint``: which rows of a batch read ``teacher_log_probs``, proved on every wrapper x α grid x batch.
 
 Two properties, checked by calling the real wrappers:
 
-* **sound**: overwriting ``gw_log_probs`` on the rows *not* selected leaves the wrapper's output bit-for-bit
+* **sound**: overwriting ``teacher_log_probs`` on the rows *not* selected leaves the wrapper's output bit-for-bit
   unchanged (any advantages, any log-probs);
-* **tight**: on every selected row with at least two valid tokens, some value of ``gw_log_probs`` changes the
+* **tight**: on every selected row with at least two valid tokens, some value of ``teacher_log_probs`` changes the
   output, for advantages with the sign GRPO gives them (> 0 on correct responses, < 0 otherwise). The selection
   only sees (r, D, α, λ), so this is the least it can select: it is not "every row" where the formula reads fewer.
 """
@@ -63,7 +63,7 @@ def random_batch(seed: int, grpo_signs: bool) -> dict:
     entropy = torch.rand(ROWS, WIDTH, generator=gen) * 3 + 0.01
     return dict(
         advantages=advantages * mask,
-        gw_log_probs=gw,
+        teacher_log_probs=gw,
         old_log_probs=old,
         entropy=entropy,
         response_mask=mask,
@@ -86,7 +86,7 @@ def gw_variants(batch: dict, seed: int) -> list[torch.Tensor]:
 
 
 def shaped(name: str, batch: dict, cfg, gw: torch.Tensor) -> torch.Tensor:
-    return CPO_WRAPPERS[name](cfg=cfg, **{**batch, "gw_log_probs": gw})
+    return CPO_WRAPPERS[name](cfg=cfg, **{**batch, "teacher_log_probs": gw})
 
 
 def selection(name: str, batch: dict, cfg) -> torch.Tensor:
@@ -102,9 +102,9 @@ def test_gw_on_rows_not_selected_never_changes_the_output(name):
     for seed, cfg in itertools.product(SEEDS, CONFIGS):
         batch = random_batch(seed, grpo_signs=False)
         reads = selection(name, batch, cfg)
-        expected = shaped(name, batch, cfg, batch["gw_log_probs"])
+        expected = shaped(name, batch, cfg, batch["teacher_log_probs"])
         for variant in gw_variants(batch, seed):
-            gw = torch.where(reads[:, None], batch["gw_log_probs"], variant)
+            gw = torch.where(reads[:, None], batch["teacher_log_probs"], variant)
             assert torch.equal(shaped(name, batch, cfg, gw), expected), (name, seed, cfg)
 
 
@@ -114,7 +114,7 @@ def test_every_selected_row_reads_gw(name):
     for seed, cfg in itertools.product(SEEDS, CONFIGS):
         batch = random_batch(seed, grpo_signs=True)
         reads = selection(name, batch, cfg)
-        reference = shaped(name, batch, cfg, batch["gw_log_probs"])
+        reference = shaped(name, batch, cfg, batch["teacher_log_probs"])
         changed = torch.zeros(ROWS, dtype=torch.bool)
         for variant in gw_variants(batch, seed):
             changed |= (shaped(name, batch, cfg, variant) != reference).any(dim=-1)

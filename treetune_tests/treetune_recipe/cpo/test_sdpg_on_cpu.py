@@ -119,7 +119,7 @@ def test_sdpg_is_declared_whole_as_published():
         "policy",
         "token_mean",
     )
-    assert sdpg.distillation.topk is None and sdpg.topk(SDPGKnobs()) == 0  # the exact full-vocabulary KL
+    assert sdpg.distillation.topk_knob is None and sdpg.topk(SDPGKnobs()) == 0  # the exact full-vocabulary KL
     assert sdpg.weights(SDPGKnobs(beta=0.25)) == (1.0, 0.25)
     assert {"actor_rollout_ref.actor.clip_ratio_c=10.0", "actor_rollout_ref.actor.clip_ratio_high=0.28"} <= set(
         sdpg.run_settings

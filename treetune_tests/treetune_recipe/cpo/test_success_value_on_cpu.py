@@ -42,7 +42,7 @@ def inputs(seed: int = 0) -> dict:
     old = -torch.rand(rows, width, generator=gen) * 3 * mask
     return dict(
         advantages=torch.randn(rows, 1, generator=gen) * mask,
-        gw_log_probs=(old + torch.randn(rows, width, generator=gen)).clamp(max=0) * mask,
+        teacher_log_probs=(old + torch.randn(rows, width, generator=gen)).clamp(max=0) * mask,
         old_log_probs=old,
         entropy=torch.rand(rows, width, generator=gen) * 3 * mask,
         response_mask=mask,

@@ -237,7 +237,7 @@ def test_credit_report_shows_the_dumped_token_values(quick_experiment):
                     expected.append((row["delta"][i], row["advantage_shaped"][i] - row["advantage"][i], token))
         for row in dump["rows"]:
             assert row["delta"] == pytest.approx(
-                [g - o for g, o in zip(row["gw_log_probs"], row["old_log_probs"])], abs=2e-6
+                [g - o for g, o in zip(row["teacher_log_probs"], row["old_log_probs"])], abs=2e-6
             )
             if row["kind"] == "all_wrong":  # seq_kl, all-wrong group: A += neg_alpha * mean(delta)
                 shift = dump["neg_alpha"] * statistics.fmean(row["delta"])
