@@ -154,7 +154,7 @@ def test_an_unknown_context_is_refused_in_one_line_naming_the_valid_ones(where):
         elif where == "override":
             check_cpo_overrides(["cpo.context=gold"])
         else:
-            Method(name="x", family="cpo", summary="", advantage=print, context="gold")
+            Method(name="x", family="cpo", summary="", policy="shaped", advantage=print, context="gold")
     message = str(refused.value)
     assert "\n" not in message and "gold" in message
     assert all(name in message for name in CONTEXTS), message
