@@ -16,9 +16,9 @@
 Each wrapper shapes the GRPO advantages with the hint's log-ratio; its docstring is its formula, its registration says
 which rows read δ (the hint-row rule). The terms they are written in (primitives, :class:`CPORows`, :class:`CPOTerms`,
 the notation) are in :mod:`treetune_recipe.cpo.methods.advantage_terms`; the registry of all methods, peers included, is
-:mod:`treetune_recipe.cpo.methods.method`. ``CPO_WRAPPERS`` (name -> wrapper) holds every method with an advantage
-wrapper: these 18 and the peers' advantage forms (``rlsd``, ``opsd_token``, in
-:mod:`treetune_recipe.cpo.methods.registry`). The difficulty mask, the ``loss_position`` masks and the ``cpo`` advantage
+:mod:`treetune_recipe.cpo.methods.method`; :mod:`treetune_recipe.cpo.methods.registry` loads them all, and its
+``CPO_WRAPPERS`` (name -> wrapper) holds every method with an advantage wrapper: these 18 and the peers' advantage
+forms (``rlsd``, ``opsd_token``). The difficulty mask, the ``loss_position`` masks and the ``cpo`` advantage
 estimator are in :mod:`treetune_recipe.cpo.methods.core_algos`. Reference quirks kept on purpose (they are part of each
 formula, so each of the reference's wrappers gives its reference function's values, float32 within 1e-5, on any input,
 with the default ``success_value`` of 1): "correct" means r == 1 and "wrong" r != 1 with exact float equality, where 1
@@ -53,10 +53,7 @@ from treetune_recipe.cpo.methods.advantage_terms import (  # noqa: F401  (re-exp
     sequence_mean,
     success_value_of,
 )
-from treetune_recipe.cpo.methods.method import ADVANTAGE_WRAPPERS, Method, register_method
-
-#: name -> advantage wrapper of every registered method that has one (the 18 below and the peers' advantage forms).
-CPO_WRAPPERS: dict[str, CPOWrapper] = ADVANTAGE_WRAPPERS
+from treetune_recipe.cpo.methods.method import Method, register_method
 
 
 def register_cpo_wrapper(name: str, hint_rows: HintRowRule = every_row):

@@ -298,7 +298,7 @@ def distillation_term(config, model_output: dict, data, cpo, aggregation):
         )
     distillation = cpo.selected_method.distillation
     response_mask = data["response_mask"]
-    context = data[CONTEXT_MASK].to(response_mask.dtype)[:, None] * torch.ones_like(response_mask)
+    context = data[CONTEXT_MASK].to(response_mask.dtype)[:, None]
     if distillation.gate is not None:
         context = context * distillation.gate(data["advantages"], cpo.knobs).to(response_mask.dtype)
     per_token = no_padding_2_padding(model_output[TOKEN_LOSS], data)

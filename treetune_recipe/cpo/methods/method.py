@@ -244,7 +244,7 @@ def _field_names(cls: type) -> set[str]:
 
 
 METHODS: dict[str, Method] = {}
-#: name -> advantage wrapper of the registered methods that have one (``methods.cpo_wrappers.CPO_WRAPPERS``).
+#: name -> advantage wrapper of the registered methods that have one (``methods.registry.CPO_WRAPPERS``).
 ADVANTAGE_WRAPPERS: dict[str, Callable[..., Any]] = {}
 
 
