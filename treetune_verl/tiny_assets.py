@@ -19,7 +19,10 @@ Nothing can be downloaded from a model hub, so everything is generated locally a
   arithmetic word problems in verl's RL schema, with ``extra_info.question`` and ``extra_info.solution``. Task
   ``one_step`` (default): "Tom has 3 apples and buys 4 more. ..."; task ``chain``: ``min_ops``-``max_ops`` chained
   operations ("Tom has 3 apples. He buys 4 more. Then he loses 2. ...") whose gold solution shows every
-  intermediate result ("3 + 4 = 7. 7 - 2 = 5. \\boxed{5}"); the CPO-vs-GRPO experiment uses it.
+  intermediate result ("3 + 4 = 7. 7 - 2 = 5. \\boxed{5}"); the CPO-vs-GRPO experiment uses it; task
+  ``long_chain``: the same problems whose gold solution also restates each operation before its equation
+  ("He buys 4 more: 3 + 4 = 7. He loses 2: 7 - 2 = 5. \\boxed{5}"), for the experiment's long regime (5-8 operations,
+  60-130 tokens of solution).
 - ``model/``: a byte-level BPE tokenizer trained on generated problem text (digits stay single tokens), wrapped in
   ``PreTrainedTokenizerFast`` with a ChatML chat template that understands Qwen3's ``enable_thinking``, saved next to a
   randomly initialised ``Qwen3ForCausalLM`` (~107k parameters, float32) and its ``generation_config.json``.
@@ -150,7 +153,7 @@ _CHAIN_OPS = [
     ("{pron_cap} loses {b}.", "-"),
 ]
 _CHAIN_QUESTION = "How many {items} does {pron} have now?"
-TASKS = ("one_step", "chain")
+TASKS = ("one_step", "chain", "long_chain")
 
 #: Assets for numerics tests: the same task and sizes, with a random init wide enough that the model's next-token
 #: distributions are peaked (mean entropy 2.3 nats on its own sampled responses; the default model: 6.45, about
@@ -161,8 +164,11 @@ TASKS = ("one_step", "chain")
 CONTEXT_SENSITIVE = TinyAssetsConfig(initializer_range=0.5)
 
 
-def _sample_chain_problem(rng: random.Random, max_answer: int, min_ops: int, max_ops: int) -> dict:
-    """A problem of ``min_ops``..``max_ops`` chained operations; every intermediate amount lies in [0, max_answer]."""
+def _sample_chain_problem(
+    rng: random.Random, max_answer: int, min_ops: int, max_ops: int, restate_steps: bool = False
+) -> dict:
+    """A problem of ``min_ops``..``max_ops`` chained operations; every intermediate amount lies in [0, max_answer].
+    With ``restate_steps`` each step of the solution first restates its operation ("She loses 5: 7 - 5 = 2.")."""
     name, pronoun = rng.choice(_NAMES)
     items = rng.choice(_ITEMS)
     amount = rng.randint(1, max_answer)
@@ -178,7 +184,8 @@ def _sample_chain_problem(rng: random.Random, max_answer: int, min_ops: int, max
         result = amount + change if operator == "+" else amount - change
         sentence = template.format(pron_cap=pronoun.capitalize(), b=change)
         sentences.append(sentence if position == 0 else "Then " + sentence[0].lower() + sentence[1:])
-        steps.append(f"{amount} {operator} {change} = {result}.")
+        equation = f"{amount} {operator} {change} = {result}."
+        steps.append(f"{sentence[:-1]}: {equation}" if restate_steps else equation)
         amount = result
     sentences.append(_CHAIN_QUESTION.format(items=items, pron=pronoun))
     solution = " ".join(steps) + f" \\boxed{{{amount}}}"
@@ -189,9 +196,13 @@ def generate_problems(
     rng: random.Random, count: int, config: TinyAssetsConfig, exclude: set[str] | None = None
 ) -> list[dict]:
     """``count`` distinct problems of ``config.task`` whose questions are not in ``exclude``."""
-    if config.task == "chain":
+    if config.task in ("chain", "long_chain"):
         sample = functools.partial(
-            _sample_chain_problem, max_answer=config.max_answer, min_ops=config.min_ops, max_ops=config.max_ops
+            _sample_chain_problem,
+            max_answer=config.max_answer,
+            min_ops=config.min_ops,
+            max_ops=config.max_ops,
+            restate_steps=config.task == "long_chain",
         )
     else:
         sample = functools.partial(_sample_problem, max_answer=config.max_answer)
@@ -387,24 +398,30 @@ def content_hash(config: TinyAssetsConfig) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _write_assets(config: TinyAssetsConfig, out_dir: Path) -> None:
-    """Write data/ and model/ for ``config`` into the (empty) folder ``out_dir``."""
-    from transformers import GenerationConfig
-
+def write_task_data(config: TinyAssetsConfig, data_dir: Path) -> list[dict]:
+    """Write ``train.parquet``, ``val.parquet`` (and ``test.parquet`` when ``num_test > 0``) of ``config``'s task into
+    ``data_dir``: disjoint problem sets, each drawn from its own seed. Returns every problem written."""
     train_problems = generate_problems(random.Random(config.seed), config.num_train, config)
     val_problems = generate_problems(
         random.Random(config.seed + 1), config.num_val, config, exclude={p["question"] for p in train_problems}
     )
-    _write_parquet(_to_rl_rows(train_problems, "train"), out_dir / "data" / "train.parquet")
-    _write_parquet(_to_rl_rows(val_problems, "test"), out_dir / "data" / "val.parquet")
+    _write_parquet(_to_rl_rows(train_problems, "train"), data_dir / "train.parquet")
+    _write_parquet(_to_rl_rows(val_problems, "test"), data_dir / "val.parquet")
     test_problems = []
     if config.num_test > 0:
         held_out = {p["question"] for p in train_problems + val_problems}
         test_problems = generate_problems(random.Random(config.seed + 3), config.num_test, config, exclude=held_out)
-        _write_parquet(_to_rl_rows(test_problems, "test"), out_dir / "data" / "test.parquet")
+        _write_parquet(_to_rl_rows(test_problems, "test"), data_dir / "test.parquet")
+    return train_problems + val_problems + test_problems
 
+
+def _write_assets(config: TinyAssetsConfig, out_dir: Path) -> None:
+    """Write data/ and model/ for ``config`` into the (empty) folder ``out_dir``."""
+    from transformers import GenerationConfig
+
+    problems = write_task_data(config, out_dir / "data")
     corpus_problems = generate_problems(random.Random(config.seed + 2), config.tokenizer_corpus_problems, config)
-    corpus = [_render_chat(p) for p in train_problems + val_problems + test_problems + corpus_problems]
+    corpus = [_render_chat(p) for p in problems + corpus_problems]
     corpus += list(INSTRUCTION_CORPUS) * 50  # frequent enough for BPE to merge whole words
     tokenizer = build_tokenizer(corpus, config.tokenizer_vocab_size)
 

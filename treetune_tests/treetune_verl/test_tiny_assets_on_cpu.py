@@ -14,6 +14,7 @@
 """Tests of the tiny-asset builder (``treetune_verl/tiny_assets.py``): cache, determinism, model shape, tokenizer, chat
 template and data schema."""
 
+import dataclasses
 import importlib.util
 import re
 from pathlib import Path
@@ -309,6 +310,27 @@ def test_chain_problems_show_every_intermediate_result_and_box_the_last():
             assert f" {b}" in problem["question"]
         assert problem["solution"].endswith(f"\\boxed{{{amount}}}") and problem["answer"] == amount
     assert lengths == {2, 3, 4}
+
+
+def test_long_chain_problems_restate_each_operation_of_the_question_before_its_equation():
+    import random
+
+    config = TinyAssetsConfig(task="long_chain", max_answer=30, min_ops=5, max_ops=8)
+    problems = tiny_assets.generate_problems(random.Random(3), 300, config)
+    short = tiny_assets.generate_problems(random.Random(3), 300, dataclasses.replace(config, task="chain"))
+    counts = set()
+    for problem, plain in zip(problems, short, strict=True):
+        # the same problems as the chain task's from the same seed, only the solution's wording differs
+        assert problem["question"] == plain["question"] and problem["answer"] == plain["answer"]
+        sentences = re.findall(
+            r"(?:Then )?([A-Z]?[a-z]+ (?:buys|finds|gets|gives away|loses) \d+(?: more)?)\.", problem["question"]
+        )
+        steps = re.findall(r"([A-Za-z]+ [a-z ]+\d+(?: more)?): (\d+ [+-] \d+ = \d+\.)", problem["solution"])
+        counts.add(len(steps))
+        assert [equation for _, equation in steps] == re.findall(r"\d+ [+-] \d+ = \d+\.", plain["solution"])
+        assert [text.lower() for text, _ in steps] == [text.lower() for text in sentences]
+        assert problem["solution"].endswith(f"\\boxed{{{problem['answer']}}}")
+    assert counts == {5, 6, 7, 8}
 
 
 def test_chain_assets_have_disjoint_train_val_test_splits(tmp_path):
