@@ -43,6 +43,27 @@ TASK_RL_OVERRIDES = [
 ]
 
 
+#: The long regime's lengths (``long_chain`` problems: prompts up to ~110 tokens, solutions of 80-150): applied after
+#: the task's, and the teacher prompt's limit after :data:`HINT_OVERRIDES` (the hint or a sibling holds a solution).
+LONG_CHAIN_OVERRIDES = [
+    "data.max_prompt_length=128",
+    "data.max_response_length=160",
+    "cpo.hint.max_prompt_length=320",
+]
+
+
+def override_value(overrides, key: str, default: int | None = None) -> int:
+    """The last integer value ``overrides`` give ``key`` (``default`` when none does)."""
+    from treetune_verl.config_block import override_key
+
+    values = [int(item.partition("=")[2]) for item in overrides if override_key(item) == key]
+    if values:
+        return values[-1]
+    if default is None:
+        raise KeyError(f"no override sets {key}")
+    return default
+
+
 def val_acc_key(samples: int) -> str:
     """verl's validation metric of the task: mean accuracy of ``samples`` responses per held-out plain prompt."""
     return f"val-core/tiny_arith/acc/mean@{samples}"

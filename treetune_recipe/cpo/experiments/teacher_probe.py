@@ -41,12 +41,17 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from verl import DataProto
 
-from treetune_recipe.cpo.experiments.task import HINT_OVERRIDES, HINT_USER_TEMPLATE, TASK_RL_OVERRIDES
+from treetune_recipe.cpo.experiments.task import (
+    HINT_OVERRIDES,
+    HINT_USER_TEMPLATE,
+    LONG_CHAIN_OVERRIDES,
+    TASK_RL_OVERRIDES,
+    override_value,
+)
 from treetune_recipe.cpo.methods.advantage_terms import DEFAULT_SUCCESS_VALUE, succeeded
 from treetune_recipe.cpo.teacher.contexts import CONTEXTS
 from treetune_recipe.cpo.teacher.hint import HintConfig, left_pad, reprompted_batch
 from treetune_recipe.cpo.teacher.sibling import sibling_teacher_message
-from treetune_verl.config_block import override_key
 from treetune_verl.utils.reward_score.tiny_arith import compute_binary_score
 
 #: The context whose rows are measured: SDPO's loss rows.
@@ -57,15 +62,29 @@ DEFAULT_PROMPTS = 64
 DEFAULT_SAMPLES = 8
 
 
-def _override(overrides: Sequence[str], key: str) -> int:
-    return int(next(item.partition("=")[2] for item in overrides if override_key(item) == key))
+@dataclasses.dataclass(frozen=True)
+class ProbeLengths:
+    """A regime's lengths: data.max_prompt_length, data.max_response_length (new tokens of every sample) and the
+    teacher prompt's width limit (cpo.hint.max_prompt_length)."""
+
+    max_prompt_length: int
+    max_new_tokens: int
+    teacher_max_prompt_length: int
+
+    @classmethod
+    def of(cls, overrides: Sequence[str]) -> ProbeLengths:
+        return cls(
+            override_value(overrides, "data.max_prompt_length"),
+            override_value(overrides, "data.max_response_length"),
+            override_value(overrides, "cpo.hint.max_prompt_length"),
+        )
 
 
-#: The experiment's lengths: data.max_prompt_length, data.max_response_length (new tokens of every sample) and the
-#: teacher prompt's width limit (cpo.hint.max_prompt_length).
-MAX_PROMPT_LENGTH = _override(TASK_RL_OVERRIDES, "data.max_prompt_length")
-MAX_NEW_TOKENS = _override(TASK_RL_OVERRIDES, "data.max_response_length")
-TEACHER_MAX_PROMPT_LENGTH = _override(HINT_OVERRIDES, "cpo.hint.max_prompt_length")
+#: The probe's regimes: where its prompts come from and the lengths the experiment's runs use there.
+REGIME_LENGTHS = {
+    "hard": ProbeLengths.of([*TASK_RL_OVERRIDES, *HINT_OVERRIDES]),
+    "long": ProbeLengths.of([*TASK_RL_OVERRIDES, *HINT_OVERRIDES, *LONG_CHAIN_OVERRIDES]),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,12 +233,14 @@ def prompt_of(batch: DataProto, row: int) -> list[int]:
 
 
 @torch.no_grad()
-def sample(model, tokenizer, prompts: Sequence[list[int]], n: int, seed: int, chunk: int = 32) -> list[list[list[int]]]:
+def sample(
+    model, tokenizer, prompts: Sequence[list[int]], n: int, seed: int, max_new_tokens: int, chunk: int = 32
+) -> list[list[list[int]]]:
     """``n`` responses per prompt at temperature 1 (torch seeded with ``seed``; top-k off; padding rows of the output
-    layer suppressed), each through its first end of turn or :data:`MAX_NEW_TOKENS` tokens."""
+    layer suppressed), each through its first end of turn or ``max_new_tokens`` tokens."""
     torch.manual_seed(seed)
     eos, padding_rows = tokenizer.eos_token_id, list(range(len(tokenizer), model.config.vocab_size))
-    kwargs = dict(do_sample=True, temperature=1.0, top_k=0, num_return_sequences=n, max_new_tokens=MAX_NEW_TOKENS)
+    kwargs = dict(do_sample=True, temperature=1.0, top_k=0, num_return_sequences=n, max_new_tokens=max_new_tokens)
     kwargs.update(eos_token_id=eos, pad_token_id=tokenizer.pad_token_id, suppress_tokens=padding_rows or None)
     groups = []
     for start in range(0, len(prompts), chunk):
@@ -248,24 +269,30 @@ def run_probe(
     n_prompts: int = DEFAULT_PROMPTS,
     samples: int = DEFAULT_SAMPLES,
     seed: int = 0,
+    regime: str = "hard",
 ) -> ProbeResult:
-    """The probe on the first ``n_prompts`` rows of ``prompts_parquet`` (default: the hard regime's training prompts of
-    ``warm_dir``, default :data:`DEFAULT_WARM_START`'s warm start)."""
+    """The probe on the first ``n_prompts`` rows of ``prompts_parquet`` (default: the regime's training prompts of
+    ``warm_dir``: the hard prompts, or the long-chain ones; default warm start :data:`EXPERIMENT_WARM_START`'s), with
+    the regime's lengths (:data:`REGIME_LENGTHS`)."""
     import pandas as pd
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from treetune_recipe.cpo.experiments.hard_prompts import select_hard_prompts
-    from treetune_recipe.cpo.experiments.warm_start import DEFAULT_WARM_START, build_warm_start
+    from treetune_recipe.cpo.experiments.warm_start import EXPERIMENT_WARM_START, LONG_CHAIN_DATA, build_warm_start
 
-    warm_dir = Path(warm_dir) if warm_dir is not None else Path(build_warm_start(DEFAULT_WARM_START))
-    rows = pd.read_parquet(prompts_parquet or select_hard_prompts(warm_dir).train).head(n_prompts)
+    lengths = REGIME_LENGTHS[regime]
+    warm_dir = Path(warm_dir) if warm_dir is not None else Path(build_warm_start(EXPERIMENT_WARM_START))
+    if prompts_parquet is None:
+        long_train = warm_dir / "data" / LONG_CHAIN_DATA / "train.parquet"
+        prompts_parquet = long_train if regime == "long" else select_hard_prompts(warm_dir).train
+    rows = pd.read_parquet(prompts_parquet).head(n_prompts)
     tokenizer = AutoTokenizer.from_pretrained(warm_dir / "model")
     model = AutoModelForCausalLM.from_pretrained(warm_dir / "model", dtype=torch.float32).eval()
     raw = [[dict(message) for message in prompt] for prompt in rows["prompt"]]
     answers = [str(reward["ground_truth"]) for reward in rows["reward_model"]]
     solutions = [str(info["solution"]) for info in rows["extra_info"]]
     plain = [chat_ids(tokenizer, messages) for messages in raw]
-    groups = sample(model, tokenizer, plain, samples, seed)
+    groups = sample(model, tokenizer, plain, samples, seed, lengths.max_new_tokens)
 
     group_of = [g for g in range(len(raw)) for _ in range(samples)]
     responses = [r for group in groups for r in group]
@@ -277,8 +304,8 @@ def run_probe(
     texts = [tokenizer.decode(r, skip_special_tokens=True) for r in responses]
     rewards = torch.tensor([_score(t, answers[g])["score"] for t, g in zip(texts, group_of)])
     hint_config = HintConfig.from_config(
-        {"max_prompt_length": TEACHER_MAX_PROMPT_LENGTH, "user_template": HINT_USER_TEMPLATE}
-    ).resolve(MAX_PROMPT_LENGTH)
+        {"max_prompt_length": lengths.teacher_max_prompt_length, "user_template": HINT_USER_TEMPLATE}
+    ).resolve(lengths.max_prompt_length)
     built = context_batches(batch, succeeded(rewards, DEFAULT_SUCCESS_VALUE), tokenizer, hint_config)
     teacher = {name: teacher_batch for name, (teacher_batch, _) in built.items()}
     has_context = built[MEASURED_CONTEXT][1].clone() if MEASURED_CONTEXT in built else torch.zeros(len(batch)).bool()
@@ -286,7 +313,7 @@ def run_probe(
         has_context &= rows_with_context
     for name, text_of in zip(WRAPPED_TEXTS, (lambda g: solutions[g], lambda g: "")):
         texts_v = [text_of(g) if has_context[b] else None for b, g in enumerate(group_of)]
-        teacher[name], fits = wrapped_teacher_batch(batch, texts_v, tokenizer, TEACHER_MAX_PROMPT_LENGTH)
+        teacher[name], fits = wrapped_teacher_batch(batch, texts_v, tokenizer, lengths.teacher_max_prompt_length)
         has_context &= fits
 
     dot = tokenizer(".", add_special_tokens=False)["input_ids"]
@@ -307,6 +334,6 @@ def run_probe(
     stats = [_sample_stats("plain (student)", early_end(batch), tokenizer, [groups[g] for g in groups_in], answers_in)]
     for name in teacher:
         prompts = [prompt_of(teacher[name], b) for b in first_rows]
-        own_samples = sample(model, tokenizer, prompts, samples, seed) if prompts else []
+        own_samples = sample(model, tokenizer, prompts, samples, seed, lengths.max_new_tokens) if prompts else []
         stats.append(_sample_stats(name, early_end(teacher[name]), tokenizer, own_samples, answers_in))
     return ProbeResult(len(raw), samples, seed, len(measured), len(groups_in), len(spots), tuple(stats))

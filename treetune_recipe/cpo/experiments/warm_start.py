@@ -16,9 +16,14 @@
 A pretrained LLM can already solve some problems and can use a worked solution placed in its prompt. The randomly
 initialised tiny model can do neither, so before RL it is fine-tuned on worked solutions for
 
-- the plain prompts of the ``chain`` task (``treetune_verl/tiny_assets.py``), and
-- the hint prompts of the same problems, rendered by the CPO recipe's own hint builder (``cpo.hint`` defaults), so
-  that the model learns to read a solution in its context.
+- the plain prompts of the ``chain`` task (``treetune_verl/tiny_assets.py``) and of its ``long_chain`` variant (5-8
+  operations, every step restated; the experiment's long regime), and
+- the same problems under every teacher context a method reads (:data:`SFT_CONTEXTS`): the hint prompt with the gold
+  solution, the answer alone, SDPO's re-prompt around a right solution, each rendered by the recipe's own builder, so
+  that the model has read every context it is later given as a teacher and follows none of them into a different
+  format (``teacher_probe.py`` measures it).
+
+The task's reward returns no feedback, so ``environment_feedback`` has no rows to learn from and is left out.
 
 Trainer: ``verl.trainer.sft_trainer`` (upstream, unmodified) on the project's CPU backend, run with
 ``torch.distributed.run`` in a subprocess (:func:`sft_command` holds the overrides it needs).
@@ -30,16 +35,16 @@ prompt groups.
 Cached like the tiny assets: ``<cache_root>/warm_start/<content hash>/``, the hash covering the assets' hash and every
 SFT parameter.
 
-**The shipped warm start.** verl's SFT on CPU is not bitwise reproducible across machines (instruction sets change
+**The shipped warm starts.** verl's SFT on CPU is not bitwise reproducible across machines (instruction sets change
 float results, and at this scale the difference shows in the accuracy), so the weights of :data:`DEFAULT_WARM_START`
-ship with the project: ``treetune_recipe/cpo/experiments/shipped_warm_start/model.safetensors`` (1.6 MB), checked
-against :data:`SHIPPED_WEIGHTS_SHA256` whenever a run takes it. Config, tokenizer and data come from the tiny assets,
-built in the user's own environment (each transformers release writes its own tokenizer files); the tokenizer's
-vocabulary must be the one the weights were trained with (:data:`SHIPPED_VOCAB_SHA256`). The demo, the experiments
-and the tests that train from the default warm start all use it. The command line
-``python -m treetune_scripts.experiments.warm_start [--force] [--rebuild [--ship]]`` takes it; ``--rebuild`` runs the
-SFT recipe instead (into the cache; the shipped file stays), ``--ship`` copies a rebuilt model's weights over the
-shipped file (:func:`ship_weights`) and prints the new hashes.
+(the demo's and the tests') and of :data:`EXPERIMENT_WARM_START` (every regime of the experiment) ship with the
+project: ``treetune_recipe/cpo/experiments/shipped_warm_start/{model,experiment}.safetensors`` (1.6 MB each), checked
+against their SHA-256 (:data:`SHIPPED_BUILDS`) whenever a run takes them. Config, tokenizer and data come from the
+tiny assets, built in the user's own environment (each transformers release writes its own tokenizer files); the
+tokenizer's vocabulary must be the one the weights were trained with (:data:`SHIPPED_VOCAB_SHA256`). The command line
+``python -m treetune_scripts.experiments.warm_start [--experiment] [--force] [--rebuild [--ship]]`` takes one;
+``--rebuild`` runs the SFT recipe instead (into the cache; the shipped file stays), ``--ship`` copies a rebuilt
+model's weights over the shipped file (:func:`ship_weights`) and prints the new hashes.
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ from treetune_verl.tiny_assets import (
     default_cache_root,
 )
 
-WARM_START_VERSION = "warm-start-v1"
+WARM_START_VERSION = "warm-start-v2"
 #: Greedy plain-prompt validation accuracy that gives RL mixed groups (some prompts solved, some not).
 MIXED_GROUPS_ACC_RANGE = (0.15, 0.50)
 
@@ -79,6 +84,35 @@ class WarmStartConfig:
     sft_lr: float = 1e-3
     sft_max_length: int = 192
     eval_max_new_tokens: int = 48
+    #: The long regime's problems, written with the assets' tokenizer into ``data/long_chain/`` (None: none).
+    long_chain: LongChainConfig | None = None
+    #: The teacher contexts whose prompts the SFT data holds besides the plain prompt (:func:`context_messages`).
+    sft_contexts: tuple[str, ...] = ("gold_solution",)
+
+
+@dataclasses.dataclass(frozen=True)
+class LongChainConfig:
+    """The long regime's problems: ``tiny_assets`` task ``long_chain`` with the assets' other settings (measured by
+    the long regime's gate, ``long_chain.py``, not at the build)."""
+
+    min_ops: int = 5
+    max_ops: int = 8
+    max_answer: int = 15
+    num_train: int = 2048
+    num_val: int = 128
+    num_test: int = 256
+    seed: int = 100
+
+    def assets(self, base: TinyAssetsConfig) -> TinyAssetsConfig:
+        counts = dict(num_train=self.num_train, num_val=self.num_val, num_test=self.num_test)
+        ops = dict(min_ops=self.min_ops, max_ops=self.max_ops, max_answer=self.max_answer)
+        return dataclasses.replace(base, task="long_chain", seed=self.seed, **ops, **counts)
+
+
+#: The teacher contexts a warm start can be fine-tuned to read, each rendered as the trainer renders it.
+SFT_CONTEXTS = ("gold_solution", "answer_only", "successful_sibling")
+#: Folder of the long regime's parquet files inside a warm start's ``data/``.
+LONG_CHAIN_DATA = "long_chain"
 
 
 def _chain_assets(**settings) -> TinyAssetsConfig:
@@ -86,12 +120,11 @@ def _chain_assets(**settings) -> TinyAssetsConfig:
     return TinyAssetsConfig(**{**task, **settings})
 
 
-#: The experiments' warm start (~0.39M parameters: the tiny model of ``tiny_assets.tiny_qwen3_config``, wider and one
-#: layer deeper; sized for SFT + 15 RL runs a regime on a 2-core CPU): the hard regime trains it on the prompts it
-#: fails (``hard_prompts.py``). verl's SFT on CPU is not bitwise reproducible from
-#: build to build, and at this scale the difference shows: builds of this config measured greedy validation accuracy
-#: 0.125, 0.203 and 0.234 on plain prompts (0.609, 0.859 and 0.656 with the hint). The last one ships with the
-#: project (``SHIPPED_DIR``) and is what every run of this config trains from.
+#: The demo's and the tests' warm start (~0.39M parameters: the tiny model of ``tiny_assets.tiny_qwen3_config``, wider
+#: and one layer deeper): the short problems after the plain and the hint prompt only. verl's SFT on CPU is not bitwise
+#: reproducible from build to build, and at this scale the difference shows: builds of this config measured greedy
+#: validation accuracy 0.125, 0.203 and 0.234 on plain prompts (0.609, 0.859 and 0.656 with the hint). The last one
+#: ships with the project (:data:`SHIPPED_WEIGHTS`) and is what every run of this config trains from.
 DEFAULT_WARM_START = WarmStartConfig(
     assets=_chain_assets(hidden_size=96, intermediate_size=256, num_hidden_layers=3),
     sft_steps=300,
@@ -99,13 +132,39 @@ DEFAULT_WARM_START = WarmStartConfig(
     sft_lr=2e-3,
 )
 
+#: The experiment's warm start (every regime of ``cpo_vs_grpo.py``, the teacher probe): the same model and assets,
+#: fine-tuned on the short and the long problems under every context of :data:`SFT_CONTEXTS`. The long problems'
+#: numbers go up to 30 (the short ones' to 15): with long chains of numbers up to 15, a build of the same recipe
+#: computed well enough alone that it learned to ignore the solution in its context (greedy 0.547 plain and 0.578 with
+#: the hint on the short prompts); with harder long chains it reads the context (0.172 and 0.906), and a wider, deeper
+#: model (0.87M parameters) read it less (0.266 and 0.766). One build ships (:data:`EXPERIMENT_WEIGHTS`). GRPO on the
+#: demo's 16 fixed prompts does not learn from it within 40 steps (greedy accuracy 3/16 throughout, train reward trends
+#: of +0.24 and -0.06 over 20 steps at lr 1e-3 for seeds 0 and 1), so the demo and the GRPO-learns test keep
+#: :data:`DEFAULT_WARM_START`.
+EXPERIMENT_WARM_START = WarmStartConfig(
+    assets=DEFAULT_WARM_START.assets,
+    sft_steps=800,
+    sft_batch_size=16,
+    sft_lr=2e-3,
+    sft_max_length=448,
+    long_chain=LongChainConfig(max_answer=30),
+    sft_contexts=SFT_CONTEXTS,
+)
 
-#: The shipped weights of :data:`DEFAULT_WARM_START` (see the module docstring), their SHA-256, and the SHA-256 of the
-#: vocabulary they were trained with (:func:`vocab_sha256`).
+
+#: The shipped weights of :data:`DEFAULT_WARM_START` and :data:`EXPERIMENT_WARM_START` (see the module docstring),
+#: their SHA-256, and the SHA-256 of the vocabulary both were trained with (:func:`vocab_sha256`).
 SHIPPED_DIR = Path(__file__).with_name("shipped_warm_start")
 SHIPPED_WEIGHTS = SHIPPED_DIR / "model.safetensors"
 SHIPPED_WEIGHTS_SHA256 = "2445a529638f5531198c79a8b6767b8725dfa4c53736482c72a1dba6ba4a8584"
+EXPERIMENT_WEIGHTS = SHIPPED_DIR / "experiment.safetensors"
+EXPERIMENT_WEIGHTS_SHA256 = "7bda856fc225adfd85c0b269c44d3cf63dd1b4049d774aa3a607e7589924725a"
 SHIPPED_VOCAB_SHA256 = "c187eec5ae234afa3b0eae6b3780b2c909c607b8dbacdb3624c0481935ed8724"
+#: Config -> (weights file, its SHA-256): the warm starts that ship instead of being built.
+SHIPPED_BUILDS = {
+    DEFAULT_WARM_START: (SHIPPED_WEIGHTS, SHIPPED_WEIGHTS_SHA256),
+    EXPERIMENT_WARM_START: (EXPERIMENT_WEIGHTS, EXPERIMENT_WEIGHTS_SHA256),
+}
 
 
 class WarmStartGateError(RuntimeError):
@@ -128,13 +187,14 @@ def vocab_sha256(model_dir: Path) -> str:
     return hashlib.sha256(json.dumps(vocab).encode()).hexdigest()
 
 
-def check_shipped_weights(weights: Path) -> None:
-    """Raise :class:`WarmStartIntegrityError` unless ``weights`` is the shipped weights file, byte for byte."""
+def check_shipped_weights(weights: Path, config: WarmStartConfig = DEFAULT_WARM_START) -> None:
+    """Raise :class:`WarmStartIntegrityError` unless ``weights`` is ``config``'s shipped weights file, byte for byte."""
+    source, expected = SHIPPED_BUILDS[config]
     actual = file_sha256(weights) if Path(weights).is_file() else "missing"
-    if actual != SHIPPED_WEIGHTS_SHA256:
+    if actual != expected:
         raise WarmStartIntegrityError(
-            f"{weights}: sha256 {actual}, but the shipped warm start's weights are {SHIPPED_WEIGHTS_SHA256}. Restore "
-            f"{SHIPPED_WEIGHTS} from the repository (git checkout) and delete {Path(weights).parent.parent}."
+            f"{weights}: sha256 {actual}, but the shipped warm start's weights are {expected}. Restore "
+            f"{source} from the repository (git checkout) and delete {Path(weights).parent.parent}."
         )
 
 
@@ -161,22 +221,56 @@ def hint_messages(question: str, solution: str) -> list[dict]:
     return HintConfig(user_template=HINT_USER_TEMPLATE).chat_messages(question, solution)
 
 
-def sft_rows(rl_rows) -> list[dict]:
-    """Two SFT conversations per RL row: plain prompt -> solution, hint prompt -> solution."""
+def context_messages(context: str, prompt: list[dict], extra_info: dict, answer: str) -> list[dict]:
+    """A row's teacher prompt under ``context`` as the trainer writes it: the hint prompt with the gold solution
+    (:func:`hint_messages`), or the plain prompt whose last message is wrapped with the answer or with a right
+    solution (the gold one stands in for a successful sibling)."""
+    from treetune_recipe.cpo.teacher.answer import answer_teacher_message
+    from treetune_recipe.cpo.teacher.sibling import sibling_teacher_message
+
+    if context == "gold_solution":
+        return hint_messages(extra_info["question"], extra_info["solution"])
+    wrap = {"answer_only": lambda text: answer_teacher_message(text, answer)}
+    wrap["successful_sibling"] = lambda text: sibling_teacher_message(text, extra_info["solution"])
+    if context not in wrap:
+        raise ValueError(f"no SFT prompt for context {context!r}; use one of {', '.join(SFT_CONTEXTS)}.")
+    *head, last = [dict(m) for m in prompt]
+    return [*head, {**last, "content": wrap[context](last["content"])}]
+
+
+def sft_rows(rl_rows, contexts: tuple[str, ...] = SFT_CONTEXTS) -> list[dict]:
+    """1 + len(contexts) SFT conversations per RL row, each ending in the gold solution: the plain prompt, then the
+    row's teacher prompt under each context."""
     rows = []
-    for prompt, extra_info in zip(rl_rows["prompt"], rl_rows["extra_info"], strict=True):
+    for prompt, extra_info, reward in zip(
+        rl_rows["prompt"], rl_rows["extra_info"], rl_rows["reward_model"], strict=True
+    ):
         answer = {"role": "assistant", "content": extra_info["solution"]}
         rows.append({"messages": [*[dict(m) for m in prompt], answer]})
-        rows.append({"messages": [*hint_messages(extra_info["question"], extra_info["solution"]), answer]})
+        for context in contexts:
+            messages = context_messages(context, list(prompt), extra_info, str(reward["ground_truth"]))
+            rows.append({"messages": [*messages, answer]})
     return rows
 
 
-def _write_sft_data(assets_dir: Path, out_dir: Path) -> tuple[Path, Path]:
+def write_long_chain_data(config: WarmStartConfig, out_dir: Path) -> None:
+    """The long regime's train/val/test parquet files in ``out_dir`` (``data/long_chain/`` of a warm start)."""
+    from treetune_verl.tiny_assets import write_task_data
+
+    write_task_data(config.long_chain.assets(config.assets), out_dir)
+
+
+def _write_sft_data(config: WarmStartConfig, data_dir: Path, out_dir: Path) -> tuple[Path, Path]:
     import pandas as pd
 
+    folders = [data_dir] + ([data_dir / LONG_CHAIN_DATA] if config.long_chain else [])
     paths = []
     for split in ("train", "val"):
-        rows = sft_rows(pd.read_parquet(assets_dir / "data" / f"{split}.parquet"))
+        rows = [
+            row
+            for folder in folders
+            for row in sft_rows(pd.read_parquet(folder / f"{split}.parquet"), config.sft_contexts)
+        ]
         path = out_dir / f"sft_{split}.parquet"
         pd.DataFrame(rows).to_parquet(path, index=False)
         paths.append(path)
@@ -205,9 +299,9 @@ def sft_command(config: WarmStartConfig, model_dir: Path, train: Path, val: Path
     ]  # fmt: skip
 
 
-def run_sft(config: WarmStartConfig, assets_dir: Path, work_dir: Path, log_path: Path) -> Path:
-    """Fine-tune the assets' model; returns the HF folder of the final checkpoint."""
-    train, val = _write_sft_data(assets_dir, work_dir)
+def run_sft(config: WarmStartConfig, assets_dir: Path, data_dir: Path, work_dir: Path, log_path: Path) -> Path:
+    """Fine-tune the assets' model on the problems in ``data_dir``; returns the HF folder of the final checkpoint."""
+    train, val = _write_sft_data(config, data_dir, work_dir)
     command = sft_command(config, assets_dir / "model", train, val, work_dir)
     env = {
         **os.environ,
@@ -316,8 +410,8 @@ def build_warm_start(
     force: bool = False,
     rebuild: bool = False,
 ) -> Path:
-    """The warm start of ``config``: the shipped model for :data:`DEFAULT_WARM_START` (hash-checked at every call),
-    otherwise (or with ``rebuild``) an SFT build, found in the cache or made.
+    """The warm start of ``config``: the shipped model for a config of :data:`SHIPPED_BUILDS` (hash-checked at every
+    call), otherwise (or with ``rebuild``) an SFT build, found in the cache or made.
 
     Returns:
         ``<cache_root>/warm_start/<hash>/`` (SFT build) or ``<cache_root>/warm_start/<hash>-shipped/`` with
@@ -326,21 +420,22 @@ def build_warm_start(
         SFT wall time for a build) and, for a build, ``sft.log``.
     """
     cache_root = Path(cache_root) if cache_root is not None else default_cache_root()
-    shipped = config == DEFAULT_WARM_START and not rebuild
+    shipped = config in SHIPPED_BUILDS and not rebuild
     final_dir = cache_root / "warm_start" / (warm_start_hash(config) + ("-shipped" if shipped else ""))
     if not (final_dir.is_dir() and not force):
         assets_dir = build_tiny_assets(cache_root, config=config.assets)
         write = _write_shipped_warm_start if shipped else _write_warm_start
         build_cached(final_dir, functools.partial(write, config, assets_dir), force=force)
     if shipped:
-        check_shipped_weights(final_dir / "model" / "model.safetensors")
+        check_shipped_weights(final_dir / "model" / "model.safetensors", config)
     return final_dir
 
 
 def _write_shipped_warm_start(config: WarmStartConfig, assets_dir: Path, out_dir: Path) -> None:
     """The assets' model folder and data with the shipped weights (both hash-checked) in ``out_dir``, and its accuracy
     measured here."""
-    check_shipped_weights(SHIPPED_WEIGHTS)
+    weights = SHIPPED_BUILDS[config][0]
+    check_shipped_weights(weights, config)
     vocab = vocab_sha256(assets_dir / "model")
     if vocab != SHIPPED_VOCAB_SHA256:
         raise WarmStartIntegrityError(
@@ -349,9 +444,16 @@ def _write_shipped_warm_start(config: WarmStartConfig, assets_dir: Path, out_dir
             "(python -m treetune_scripts.experiments.warm_start --rebuild) or restore the tokenizer build."
         )
     shutil.copytree(assets_dir / "model", out_dir / "model")
-    shutil.copy2(SHIPPED_WEIGHTS, out_dir / "model" / "model.safetensors")
-    shutil.copytree(assets_dir / "data", out_dir / "data")
-    _write_build_info(config, out_dir, source=f"shipped ({SHIPPED_DIR.name}/, sha256 checked)")
+    shutil.copy2(weights, out_dir / "model" / "model.safetensors")
+    _copy_data(config, assets_dir, out_dir / "data")
+    _write_build_info(config, out_dir, source=f"shipped ({SHIPPED_DIR.name}/{weights.name}, sha256 checked)")
+
+
+def _copy_data(config: WarmStartConfig, assets_dir: Path, data_dir: Path) -> None:
+    """The assets' problems, and the long regime's in ``long_chain/`` when the config has one."""
+    shutil.copytree(assets_dir / "data", data_dir)
+    if config.long_chain is not None:
+        write_long_chain_data(config, data_dir / LONG_CHAIN_DATA)
 
 
 def _write_build_info(config: WarmStartConfig, out_dir: Path, **fields) -> None:
@@ -377,14 +479,14 @@ def _write_warm_start(config: WarmStartConfig, assets_dir: Path, out_dir: Path) 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
+    _copy_data(config, assets_dir, out_dir / "data")
     started = time.monotonic()
-    hf_dir = run_sft(config, assets_dir, out_dir, out_dir / "sft.log")
+    hf_dir = run_sft(config, assets_dir, out_dir / "data", out_dir, out_dir / "sft.log")
     sft_wall_s = time.monotonic() - started
     model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
     model.save_pretrained(out_dir / "model")
     AutoTokenizer.from_pretrained(assets_dir / "model").save_pretrained(out_dir / "model")
     GenerationConfig.from_pretrained(assets_dir / "model").save_pretrained(out_dir / "model")
-    shutil.copytree(assets_dir / "data", out_dir / "data")
     for leftover in ("checkpoints", "hydra", "sft_train.parquet", "sft_val.parquet"):
         target = out_dir / leftover
         shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
@@ -422,11 +524,12 @@ def read_build_info(warm_start_dir: Path) -> dict:
     return info
 
 
-def ship_weights(warm_start_dir: Path) -> str:
-    """Copy the weights of a rebuilt warm start (``--rebuild --ship``) over :data:`SHIPPED_WEIGHTS`; returns the line
+def ship_weights(warm_start_dir: Path, config: WarmStartConfig = DEFAULT_WARM_START) -> str:
+    """Copy the weights of a rebuilt warm start (``--rebuild --ship``) over ``config``'s shipped file; returns the line
     that names the hashes to record in this module."""
-    shutil.copy2(Path(warm_start_dir) / "model" / "model.safetensors", SHIPPED_WEIGHTS)
+    target = SHIPPED_BUILDS[config][0]
+    shutil.copy2(Path(warm_start_dir) / "model" / "model.safetensors", target)
     return (
-        f"copied to {SHIPPED_WEIGHTS}; in {__file__} set SHIPPED_WEIGHTS_SHA256 = {file_sha256(SHIPPED_WEIGHTS)!r} "
+        f"copied to {target}; in {__file__} set its SHA-256 to {file_sha256(target)!r} "
         f"and SHIPPED_VOCAB_SHA256 = {vocab_sha256(Path(warm_start_dir) / 'model')!r}"
     )

@@ -25,6 +25,8 @@ from safetensors.torch import load_file
 from treetune_recipe.cpo.experiments import warm_start
 from treetune_recipe.cpo.experiments.warm_start import (
     DEFAULT_WARM_START,
+    EXPERIMENT_WARM_START,
+    EXPERIMENT_WEIGHTS,
     SHIPPED_VOCAB_SHA256,
     SHIPPED_WEIGHTS,
     SHIPPED_WEIGHTS_SHA256,
@@ -47,6 +49,15 @@ def test_the_shipped_weights_have_their_recorded_hash_and_a_changed_bit_is_refus
         check_shipped_weights(changed)
     with pytest.raises(WarmStartIntegrityError, match="sha256 missing"):
         check_shipped_weights(tmp_path / "absent.safetensors")
+
+
+def test_the_experiments_weights_have_their_own_recorded_hash():
+    """Both shipped files are checked against their own hash: neither stands in for the other."""
+    check_shipped_weights(EXPERIMENT_WEIGHTS, EXPERIMENT_WARM_START)
+    with pytest.raises(WarmStartIntegrityError, match="experiment.safetensors from the repository"):
+        check_shipped_weights(SHIPPED_WEIGHTS, EXPERIMENT_WARM_START)
+    with pytest.raises(WarmStartIntegrityError, match="model.safetensors from the repository"):
+        check_shipped_weights(EXPERIMENT_WEIGHTS, DEFAULT_WARM_START)
 
 
 def test_the_default_warm_start_is_the_shipped_model_and_needs_no_sft(tmp_path, monkeypatch):
