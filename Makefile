@@ -1,6 +1,6 @@
 # treetune-verl: the two commands of the README, plus a few helpers.
 #   make demo [ARGS="key=value ..."]   CPU tiny run of the main recipe (writes outputs/demo/)
-#   make experiment [ARGS="--quick ..."]  CPO vs matched GRPO on CPU (writes outputs/experiments/cpo_vs_grpo/)
+#   make experiment [ARGS="--quick ..."]  every method vs matched GRPO on CPU, 1 seed (--full: the page design)
 #   make kill-sweep [ARGS="--methods teachers --control"]  kill a CPU run 24 times (or 10 per method), resume,
 #                                       check no step, prompt or teacher lost (outputs/kill_sweep/)
 #   make test [PYTEST_ARGS=...] [TEST_WORKERS=2]  CPU test tier (pytest-xdist workers; 0 runs one process)

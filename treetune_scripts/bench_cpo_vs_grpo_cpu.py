@@ -237,7 +237,7 @@ def run_once(
 
 def experiment_runs(regime_name: str, runs: str | None, steps: int) -> tuple[Path, dict[str, list[str]]]:
     """The warm start and each method's overrides at the CPO-vs-GRPO experiment's shape (seed 0, validation off)."""
-    methods = cpo_vs_grpo.parse_methods(runs or cpo_vs_grpo.REGIMES[regime_name].methods)
+    methods = cpo_vs_grpo.parse_methods(runs or cpo_vs_grpo.DEFAULT_METHODS)
     inputs = cpo_vs_grpo.prepare_regime(regime_name)
     schedule = cpo_vs_grpo.Schedule(steps=steps, test_freq=-1, credit_steps=())
     no_validation = ["trainer.val_before_train=false"]

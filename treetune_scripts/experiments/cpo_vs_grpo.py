@@ -21,15 +21,17 @@ seed dumps its token credit (``cpo.credit_dump``).
 
 ``--regime hard`` runs the hard regime instead (``REGIMES``): the same warm start, trained and validated on the
 problems it fails (``hard_prompts.py``), so that most prompt groups are all wrong at the start and only a hint-guided
-method gets a signal from them. Outputs (``--output-dir``, default
-``outputs/experiments/cpo_vs_grpo/``, ``outputs/experiments/cpo_vs_grpo_hard/`` for the hard regime): ``results.csv``,
-``summary.md``, ``curves.png``, ``credit_report.html``, ``experiment.json`` and ``runs/<method>__seed<k>/`` (metrics,
-log, dump).
+method gets a signal from them. ``--regime long`` trains and validates on problems of 5-8 chained operations with
+responses of 80-150 tokens (``long_chain.py``). By default every method runs one seed (about an hour in the default
+regime on a 2-core CPU); ``--full`` runs the regime's full design, the seeds the results page states from the power
+analysis (``power.py``). Outputs (``--output-dir``, default ``outputs/experiments/cpo_vs_grpo/``, ``..._hard/`` and
+``..._long/`` for the other regimes): ``results.csv``, ``summary.md``, ``curves.png``, ``credit_report.html``,
+``experiment.json`` and ``runs/<method>__seed<k>/`` (metrics, log, dump).
 
 Usage::
 
-    python -m treetune_scripts.experiments.cpo_vs_grpo [--regime default|hard] [--methods grpo,cpo:seq_kl,...]
-        [--seeds 3] [--quick] [--resume | --overwrite] [key=value ...]
+    python -m treetune_scripts.experiments.cpo_vs_grpo [--regime default|hard|long] [--methods grpo,cpo:seq_kl,...]
+        [--seeds N | --full | --quick] [--resume | --overwrite] [key=value ...]
 """
 
 from __future__ import annotations
@@ -40,7 +42,6 @@ from pathlib import Path
 
 from treetune_recipe.cpo.experiments.cpo_vs_grpo import (
     DEFAULT_METHODS,
-    HARD_METHODS,
     QUICK_METHODS,
     REGIMES,
     ExperimentError,
@@ -57,17 +58,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=sorted(REGIMES),
         default="default",
         help="default: a warm start with mixed prompt groups; hard: most groups all wrong at the start, the hint "
-        "still helps (each with its own warm start, gate, methods and output folder)",
+        "still helps; long: 5-8 chained operations (each with its own prompts, gate and output folder)",
     )
     parser.add_argument(
         "--methods",
         default=None,
-        help=f"grpo and cpo:<method>[@<cpo key>=<value>...], comma-separated; default "
-        f"the regime's (default: {DEFAULT_METHODS}; hard: {HARD_METHODS}; --quick: {QUICK_METHODS})",
+        help=f"grpo and cpo:<method>[@<cpo key>=<value>...], comma-separated; default {DEFAULT_METHODS} "
+        f"(--quick: {QUICK_METHODS})",
     )
-    parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 3; --quick: 1)")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 1; --full: the regime's)")
     parser.add_argument("--steps", type=int, default=None, help="training steps per run (default 40; --quick: 3)")
     parser.add_argument("--quick", action="store_true", help="pipeline check: 3 steps, 1 seed, no gate")
+    parser.add_argument("--full", action="store_true", help="the regime's full design (the results page's seeds)")
     parser.add_argument("--output-dir", type=Path, default=None, help="default: the regime's folder")
     parser.add_argument("--resume", action="store_true", help="keep finished runs, run the rest")
     parser.add_argument("--overwrite", action="store_true", help="delete the output folder's previous results")
@@ -88,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             seeds=args.seeds,
             steps=args.steps,
             quick=args.quick,
+            full=args.full,
             output_dir=args.output_dir,
             overrides=args.overrides,
             skip_gate=args.skip_gate,

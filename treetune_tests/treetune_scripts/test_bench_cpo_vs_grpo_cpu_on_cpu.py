@@ -153,7 +153,7 @@ def test_experiment_shape_runs_the_regimes_methods_on_its_warm_start_and_prompts
     monkeypatch.setattr(
         cpo_vs_grpo,
         "prepare_regime",
-        lambda name: cpo_vs_grpo.RegimeInputs(warm, {}, data, "", {}),
+        lambda name: cpo_vs_grpo.RegimeInputs(warm, {}, data, "", "hard", {}),
     )
     launched = {}
 
@@ -163,7 +163,7 @@ def test_experiment_shape_runs_the_regimes_methods_on_its_warm_start_and_prompts
 
     monkeypatch.setattr(bench, "run_once", fake_run)
     bench.main(["--experiment", "hard", "--steps", "2", "--work-dir", str(tmp_path / "work"), "trainer.seed=7"])
-    assert list(launched) == cpo_vs_grpo.parse_methods(cpo_vs_grpo.HARD_METHODS)
+    assert list(launched) == cpo_vs_grpo.parse_methods(cpo_vs_grpo.DEFAULT_METHODS)
     for method, (steps, overrides, assets_dir) in launched.items():
         assert steps == 3 and assets_dir == warm
         assert overrides[-1] == "trainer.seed=7"  # the user's overrides win

@@ -37,11 +37,12 @@ import sys
 import time
 from pathlib import Path
 
-from treetune_recipe.cpo.experiments import hard_prompts, summary
+from treetune_recipe.cpo.experiments import hard_prompts, long_chain, summary
 from treetune_recipe.cpo.experiments.console import condense
-from treetune_recipe.cpo.experiments.task import HINT_OVERRIDES, TASK_RL_OVERRIDES, val_acc_key
+from treetune_recipe.cpo.experiments.task import HINT_OVERRIDES, LONG_CHAIN_OVERRIDES, TASK_RL_OVERRIDES, val_acc_key
 from treetune_recipe.cpo.experiments.warm_start import (
-    DEFAULT_WARM_START,
+    EXPERIMENT_WARM_START,
+    LONG_CHAIN_DATA,
     WarmStartConfig,
     WarmStartGateError,
     build_warm_start,
@@ -117,34 +118,52 @@ class ExperimentError(RuntimeError):
     """A bad command line or output folder, reported before anything expensive starts."""
 
 
-#: The experiment of both regimes: GRPO, CPO seq_kl with the recipe's defaults (α⁺ = 0, α⁻ = 1; teacher: the rollout
-#: policy) and with a fixed teacher (the starting model), and the privileged-context peers as their authors run them
-#: (each method's published teacher and run settings, which the recipe applies when the method is selected);
-#: ``--quick`` runs the first two.
-DEFAULT_METHODS = "grpo,cpo:seq_kl,cpo:seq_kl@teacher=initial,cpo:rlsd,cpo:opsd,cpo:opsd_token,cpo:sdpo"
-HARD_METHODS = DEFAULT_METHODS
+#: Every regime's methods: GRPO, CPO seq_kl with the recipe's defaults (α⁺ = 0, α⁻ = 1; teacher: the rollout policy)
+#: and with a fixed teacher (the starting model), and every registered peer as its authors run it (each method's
+#: published teacher, context and run settings, which the recipe applies when the method is selected), SDPO also in
+#: TRL's hybrid mode; ``--quick`` runs the first two.
+DEFAULT_METHODS = (
+    "grpo,cpo:seq_kl,cpo:seq_kl@teacher=initial,cpo:rlsd,cpo:opsd,cpo:opsd_token,cpo:sdpo,"
+    "cpo:sdpo@sdpo.policy_loss_mode=hybrid,cpo:sdpg"
+)
 QUICK_METHODS = "grpo,cpo:seq_kl"
+#: Seeds of a run without ``--seeds``: one of every method, about an hour in the default regime.
+DEFAULT_SEEDS = 1
 
 
 @dataclasses.dataclass(frozen=True)
 class Regime:
-    """What ``--regime`` chooses: the warm start, its prompts (all of the task's, or only those the warm start fails:
-    ``hard_prompts.py``) and with them the gate, the methods, the output folder and the regime's RL settings on top of
-    the task's (identical for every method of the regime)."""
+    """What ``--regime`` chooses: the warm start, its prompts (``task``: all of the chain task's; ``hard``: those the
+    warm start fails, ``hard_prompts.py``; ``long_chain``: the long problems, ``long_chain.py``) and with them the
+    gate, the output folder, the regime's RL settings on top of the task's (identical for every method of the regime)
+    and the seeds of its full design (``--full``: the power analysis of ``power.py``, stated on the results page)."""
 
     warm_start: WarmStartConfig
-    methods: str
     output_dir: Path
-    hard_prompts: bool = False
+    full_seeds: int
+    prompts: str = "task"
     overrides: tuple[str, ...] = ()
+    #: Steps between validations (and at step 0); a long-chain validation (128 prompts x 8 samples of up to 160
+    #: tokens) costs about two minutes on a 2-core CPU, as much as 12 of its training steps.
+    test_freq: int = DEFAULT_SCHEDULE.test_freq
 
 
 REGIMES = {
     # Every prompt of the task; the warm start gives mixed prompt groups (gate: check_mixed_groups).
-    "default": Regime(DEFAULT_WARM_START, DEFAULT_METHODS, DEFAULT_OUTPUT_DIR),
+    # full_seeds: what fits about 8 hours of runs on a quiet 2-core machine (RESULTS.md, "The design").
+    "default": Regime(EXPERIMENT_WARM_START, DEFAULT_OUTPUT_DIR, full_seeds=8),
     # The prompts the same warm start fails: most groups all wrong at the start, the hint still helps (gate:
     # hard_prompts.check_hard_regime).
-    "hard": Regime(DEFAULT_WARM_START, HARD_METHODS, Path("outputs/experiments/cpo_vs_grpo_hard"), hard_prompts=True),
+    "hard": Regime(EXPERIMENT_WARM_START, Path("outputs/experiments/cpo_vs_grpo_hard"), full_seeds=8, prompts="hard"),
+    # 5-8 chained operations, responses of 80-150 tokens (gate: long_chain.check_long_regime).
+    "long": Regime(
+        EXPERIMENT_WARM_START,
+        Path("outputs/experiments/cpo_vs_grpo_long"),
+        full_seeds=3,
+        prompts="long_chain",
+        overrides=tuple(LONG_CHAIN_OVERRIDES),
+        test_freq=10,
+    ),
 }
 
 
@@ -341,15 +360,19 @@ def plan_experiment(
     seeds: int | None = None,
     steps: int | None = None,
     quick: bool = False,
+    full: bool = False,
     output_dir: Path | None = None,
     overrides: list[str] = (),
     skip_gate: bool = False,
     run_timeout_s: float = 1800.0,
 ) -> Experiment:
-    """The experiment a command line asks for, with the regime's defaults (``--quick``: 3 steps, 1 seed, GRPO and
-    CPO ``seq_kl``); :class:`ExperimentError` naming the bad choice."""
+    """The experiment a command line asks for, with the regime's defaults (every method, :data:`DEFAULT_SEEDS` seed;
+    ``--full``: the regime's ``full_seeds``; ``--quick``: 3 steps, 1 seed, GRPO and CPO ``seq_kl``);
+    :class:`ExperimentError` naming the bad choice."""
     regime = REGIMES[regime_name]
-    seeds = seeds if seeds is not None else (1 if quick else 3)
+    if quick and full:
+        raise ExperimentError("--quick and --full exclude each other.")
+    seeds = seeds if seeds is not None else (regime.full_seeds if full else DEFAULT_SEEDS)
     if seeds < 1:
         raise ExperimentError(f"--seeds must be >= 1, got {seeds}.")
     base = QUICK_SCHEDULE if quick else DEFAULT_SCHEDULE
@@ -359,9 +382,11 @@ def plan_experiment(
     credit_steps = tuple(sorted({step for step in (*base.credit_steps, steps) if step <= steps}))
     return Experiment(
         regime_name=regime_name,
-        methods=parse_methods(methods or (QUICK_METHODS if quick else regime.methods)),
+        methods=parse_methods(methods or (QUICK_METHODS if quick else DEFAULT_METHODS)),
         seeds=seeds,
-        schedule=Schedule(steps=steps, test_freq=base.test_freq, credit_steps=credit_steps),
+        schedule=Schedule(
+            steps=steps, test_freq=base.test_freq if quick else regime.test_freq, credit_steps=credit_steps
+        ),
         overrides=[*regime.overrides, *overrides],
         output_dir=(output_dir or regime.output_dir).resolve(),
         quick=quick,
@@ -372,39 +397,52 @@ def plan_experiment(
 
 @dataclasses.dataclass(frozen=True)
 class RegimeInputs:
-    """What every run of a regime trains on: the warm start, and the regime's data overrides (the hard prompts)."""
+    """What every run of a regime trains on: the warm start, the regime's data overrides (its prompt files) and the
+    measurements its gate reads."""
 
     warm_dir: Path
     warm_info: dict
     overrides: list[str]
     note: str = ""
-    hard_prompts_info: dict | None = None
+    prompts: str = "task"
+    prompts_info: dict | None = None
 
     def check_gate(self) -> None:
-        """:class:`WarmStartGateError` when the warm start misses its regime (mixed groups, or mostly-wrong hard
-        prompts that the hint helps)."""
-        if self.hard_prompts_info is not None:
-            hard_prompts.check_hard_regime(self.hard_prompts_info)
+        """:class:`WarmStartGateError` when the warm start misses its regime (mixed groups; mostly-wrong hard prompts
+        that the hint helps; long chains it solves sometimes and the hint often)."""
+        if self.prompts == "hard":
+            hard_prompts.check_hard_regime(self.prompts_info)
+        elif self.prompts == "long_chain":
+            long_chain.check_long_regime(self.prompts_info)
         else:
             check_mixed_groups(self.warm_info)
 
 
 def prepare_regime(regime_name: str, *, quick: bool = False) -> RegimeInputs:
-    """Build (or find cached) the regime's warm start and, for the hard regime, its prompts (``--quick`` trains on
-    the task's prompts in either regime)."""
+    """Build (or find cached) the regime's warm start and its prompts (``--quick`` keeps the task's prompts in the
+    hard regime, and measures nothing for the long one's gate)."""
     regime = REGIMES[regime_name]
     print(f"[experiment] warm start ({regime_name} regime) ...", flush=True)
     warm_dir = build_warm_start(regime.warm_start)
     info = read_build_info(warm_dir)
     print(f"[experiment] {describe_warm_start(info)}", flush=True)
-    if not regime.hard_prompts or quick:
+    if regime.prompts == "task" or (quick and regime.prompts == "hard"):
         return RegimeInputs(warm_dir, info, [])
-    print("[experiment] hard prompts (sampled once per warm start) ...", flush=True)
-    selected = hard_prompts.select_hard_prompts(warm_dir)
-    note = hard_prompts.describe(selected.info)
+    if quick:  # the long chains, unmeasured
+        data = warm_dir / "data" / LONG_CHAIN_DATA
+        return RegimeInputs(warm_dir, info, _data_files(data / "train.parquet", data / "val.parquet"))
+    print(f"[experiment] {regime.prompts} prompts (measured once per warm start) ...", flush=True)
+    if regime.prompts == "hard":
+        selected, note_of = hard_prompts.select_hard_prompts(warm_dir), hard_prompts.describe
+    else:
+        selected, note_of = long_chain.long_chain_prompts(warm_dir), long_chain.describe
+    note = note_of(selected.info)
     print(f"[experiment] {note}", flush=True)
-    data = [f"data.train_files={selected.train}", f"data.val_files={selected.val}"]
-    return RegimeInputs(warm_dir, info, data, note, selected.info)
+    return RegimeInputs(warm_dir, info, _data_files(selected.train, selected.val), note, regime.prompts, selected.info)
+
+
+def _data_files(train: Path, val: Path) -> list[str]:
+    return [f"data.train_files={train}", f"data.val_files={val}"]
 
 
 def run_experiment(experiment: Experiment) -> int:

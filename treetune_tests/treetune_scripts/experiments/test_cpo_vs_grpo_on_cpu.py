@@ -26,7 +26,7 @@ import subprocess
 import pytest
 
 from treetune_recipe.cpo.experiments import cpo_vs_grpo as experiment  # the library; cpo_vs_grpo: the command line
-from treetune_recipe.cpo.experiments import hard_prompts
+from treetune_recipe.cpo.experiments import hard_prompts, long_chain
 from treetune_recipe.cpo.experiments.task import val_acc_key
 from treetune_recipe.cpo.experiments.warm_start import warm_start_hash
 from treetune_scripts.experiments import cpo_vs_grpo
@@ -55,6 +55,7 @@ def no_expensive_work(monkeypatch):
         (["--methods", "grpo,ppo"], "unknown method 'ppo'"),
         (["--seeds", "0"], "--seeds must be >= 1, got 0"),
         (["--resume", "--overwrite"], "exclude each other"),
+        (["--quick", "--full"], "--quick and --full exclude each other"),
     ],
 )
 def test_bad_arguments_stop_before_any_work(tmp_path, capsys, no_expensive_work, argv, message):
@@ -114,8 +115,47 @@ def test_the_hard_regime_trains_on_the_hard_prompts_of_the_default_warm_start(tm
     assert "Hard prompts: 4 of 8 training and 2 of 4 held-out prompts" in captured.out
     assert "not in the hard regime: only 0.300 of the freshly sampled groups" in captured.err
     plan = json.loads((tmp_path / "out" / "experiment.json").read_text())
-    assert plan["regime"] == "hard" and plan["methods"] == experiment.parse_methods(experiment.HARD_METHODS)
+    assert plan["regime"] == "hard" and plan["methods"] == experiment.parse_methods(experiment.DEFAULT_METHODS)
     assert plan["warm_start"] == warm_start_hash(experiment.REGIMES["hard"].warm_start)
+
+
+def test_the_long_regime_trains_and_validates_on_the_long_chains_and_gates_on_them(tmp_path, capsys, monkeypatch):
+    warm = tmp_path / "warm"
+    warm.mkdir()
+    (warm / "build_info.json").write_text(json.dumps({"val_acc_plain": 0.2, "val_acc_hint": 0.6, "parameters": 10}))
+    info = {
+        **_hard_info(0.5, 0.35, 0.8),
+        "gate_prompts": 4,
+        "gate_samples": 8,
+        "correct_frac": 0.2,
+        "solution_tokens": {"min": 80, "mean": 110.0, "max": 150},
+    }
+    selected = long_chain.LongChainPrompts(
+        train=tmp_path / "long_train.parquet", val=tmp_path / "long_val.parquet", info=info
+    )
+    monkeypatch.setattr(experiment, "build_warm_start", lambda config: warm)
+    monkeypatch.setattr(long_chain, "long_chain_prompts", lambda path: selected if path == warm else None)
+    launched = []
+    monkeypatch.setattr(experiment, "launch_cpo_on_cpu", lambda overrides, *a, **k: launched.append(overrides))
+    assert cpo_vs_grpo.main(["--regime", "long", "--full", "--output-dir", str(tmp_path / "out")]) == 3
+    captured = capsys.readouterr()
+    assert "Long-chain prompts: gold solutions of 80-150 tokens" in captured.out
+    assert "not in the long regime: plain greedy accuracy 0.350 is outside [0.05, 0.3]" in captured.err
+    assert not launched
+    plan = json.loads((tmp_path / "out" / "experiment.json").read_text())
+    assert plan["seeds"] == experiment.REGIMES["long"].full_seeds
+    assert plan["schedule"]["test_freq"] == 10
+    assert plan["methods"] == experiment.parse_methods(experiment.DEFAULT_METHODS)
+    assert "data.max_response_length=160" in plan["overrides"]
+    # In the regime, the runs train and validate on the long chains with the long lengths, after the task's.
+    info["val_acc_plain"] = 0.2
+    monkeypatch.setattr(experiment, "launch_cpo_on_cpu", lambda overrides, *a, **k: launched.append(overrides) or 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        cpo_vs_grpo.main(["--regime", "long", "--output-dir", str(tmp_path / "out2")])
+    overrides = launched[0]
+    assert f"data.train_files={selected.train}" in overrides and f"data.val_files={selected.val}" in overrides
+    lengths = [item for item in overrides if item.startswith("data.max_response_length=")]
+    assert lengths[-1] == "data.max_response_length=160"
 
 
 # ----------------------------------------------------------------------------------------------------------------------
