@@ -39,7 +39,13 @@ from pathlib import Path
 
 from treetune_recipe.cpo.experiments import hard_prompts, long_chain, summary
 from treetune_recipe.cpo.experiments.console import condense
-from treetune_recipe.cpo.experiments.task import HINT_OVERRIDES, LONG_CHAIN_OVERRIDES, TASK_RL_OVERRIDES, val_acc_key
+from treetune_recipe.cpo.experiments.task import (
+    HINT_OVERRIDES,
+    LONG_CHAIN_OVERRIDES,
+    TASK_RL_OVERRIDES,
+    override_value,
+    val_acc_key,
+)
 from treetune_recipe.cpo.experiments.warm_start import (
     EXPERIMENT_WARM_START,
     LONG_CHAIN_DATA,
@@ -254,12 +260,7 @@ def run_overrides(run_dir: Path, method: str, seed: int, schedule: Schedule, dum
 def validation_samples(user_overrides: list[str]) -> int:
     """Responses each validation samples per held-out prompt: :data:`VAL_SAMPLES` unless the user's overrides set
     ``val_kwargs.n`` (e.g. ``n=1`` with temperature 0 for greedy validation, as the README's tuning runs did)."""
-    samples = VAL_SAMPLES
-    for override in user_overrides:
-        key, _, value = override.lstrip("+").partition("=")
-        if key == _VAL_SAMPLES_KEY:
-            samples = int(value)
-    return samples
+    return override_value(user_overrides, _VAL_SAMPLES_KEY, VAL_SAMPLES)
 
 
 def result_rows(method: str, seed: int, metrics_path: Path, val_acc: str) -> list[dict]:

@@ -54,15 +54,16 @@ FOLDER = "hard_prompts"
 
 
 @dataclasses.dataclass(frozen=True)
-class HardPrompts:
-    """The hard regime's data: parquet files in the task's schema and what was measured on them."""
+class RegimePrompts:
+    """A regime's data (the hard prompts here, the long chains in ``long_chain.py``): parquet files in the task's
+    schema and what was measured on them."""
 
     train: Path
     val: Path
     info: dict
 
 
-def select_hard_prompts(warm_start_dir: Path) -> HardPrompts:
+def select_hard_prompts(warm_start_dir: Path) -> RegimePrompts:
     """The warm start's hard training and held-out prompts (built once, then read from ``<warm_start>/hard_prompts``).
 
     ``info.json`` holds the pool and selected counts per split and the gate's measurements: ``all_wrong_frac`` and
@@ -71,7 +72,7 @@ def select_hard_prompts(warm_start_dir: Path) -> HardPrompts:
     warm_start_dir = Path(warm_start_dir)
     folder = build_cached(warm_start_dir / FOLDER, functools.partial(_write_hard_prompts, warm_start_dir))
     info = json.loads((folder / "info.json").read_text())
-    return HardPrompts(train=folder / "train.parquet", val=folder / "val.parquet", info=info)
+    return RegimePrompts(train=folder / "train.parquet", val=folder / "val.parquet", info=info)
 
 
 def _write_hard_prompts(warm_start_dir: Path, out_dir: Path) -> None:
@@ -131,7 +132,7 @@ def check_hard_regime(info: dict) -> None:
     """Raise :class:`WarmStartGateError` unless most fresh groups on the hard prompts are all wrong and the hint helps.
 
     Args:
-        info: :attr:`HardPrompts.info`.
+        info: :attr:`RegimePrompts.info`.
     """
     problems = []
     if info["all_wrong_frac"] < ALL_WRONG_MIN:

@@ -29,11 +29,11 @@ Cached in the warm start's folder (``long_chain_gate/info.json``).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 from pathlib import Path
 
+from treetune_recipe.cpo.experiments.hard_prompts import RegimePrompts
 from treetune_recipe.cpo.experiments.task import LONG_CHAIN_OVERRIDES, override_value
 from treetune_recipe.cpo.experiments.warm_start import (
     LONG_CHAIN_DATA,
@@ -55,16 +55,7 @@ MAX_NEW_TOKENS = override_value(LONG_CHAIN_OVERRIDES, "data.max_response_length"
 FOLDER = "long_chain_gate"
 
 
-@dataclasses.dataclass(frozen=True)
-class LongChainPrompts:
-    """The long regime's data (parquet files in the task's schema) and what was measured on them."""
-
-    train: Path
-    val: Path
-    info: dict
-
-
-def long_chain_prompts(warm_start_dir: Path) -> LongChainPrompts:
+def long_chain_prompts(warm_start_dir: Path) -> RegimePrompts:
     """The warm start's long-chain training and held-out prompts, and their measurements (made once, then read)."""
     warm_start_dir = Path(warm_start_dir)
     data = warm_start_dir / "data" / LONG_CHAIN_DATA
@@ -72,7 +63,7 @@ def long_chain_prompts(warm_start_dir: Path) -> LongChainPrompts:
         raise WarmStartGateError(f"{warm_start_dir} has no long-chain problems ({data}); its config has no long_chain.")
     folder = build_cached(warm_start_dir / FOLDER, functools.partial(_measure, warm_start_dir, data))
     info = json.loads((folder / "info.json").read_text())
-    return LongChainPrompts(train=data / "train.parquet", val=data / "val.parquet", info=info)
+    return RegimePrompts(train=data / "train.parquet", val=data / "val.parquet", info=info)
 
 
 def _measure(warm_start_dir: Path, data: Path, out_dir: Path) -> None:

@@ -53,10 +53,11 @@ LONG_CHAIN_OVERRIDES = [
 
 
 def override_value(overrides, key: str, default: int | None = None) -> int:
-    """The last integer value ``overrides`` give ``key`` (``default`` when none does)."""
+    """The last integer value ``overrides`` assign to ``key`` (``default`` when none does; a deletion ``~key`` assigns
+    nothing)."""
     from treetune_verl.config_block import override_key
 
-    values = [int(item.partition("=")[2]) for item in overrides if override_key(item) == key]
+    values = [int(item.partition("=")[2]) for item in overrides if "=" in item and override_key(item) == key]
     if values:
         return values[-1]
     if default is None:

@@ -67,6 +67,7 @@ from treetune_verl.tiny_assets import (
     build_tiny_assets,
     content_hash,
     default_cache_root,
+    write_task_data,
 )
 
 WARM_START_VERSION = "warm-start-v2"
@@ -230,17 +231,21 @@ def context_messages(context: str, prompt: list[dict], extra_info: dict, answer:
 
     if context == "gold_solution":
         return hint_messages(extra_info["question"], extra_info["solution"])
-    wrap = {"answer_only": lambda text: answer_teacher_message(text, answer)}
-    wrap["successful_sibling"] = lambda text: sibling_teacher_message(text, extra_info["solution"])
-    if context not in wrap:
-        raise ValueError(f"no SFT prompt for context {context!r}; use one of {', '.join(SFT_CONTEXTS)}.")
     *head, last = [dict(m) for m in prompt]
-    return [*head, {**last, "content": wrap[context](last["content"])}]
+    if context == "answer_only":
+        content = answer_teacher_message(last["content"], answer)
+    elif context == "successful_sibling":
+        content = sibling_teacher_message(last["content"], extra_info["solution"])
+    else:
+        raise ValueError(f"no SFT prompt for context {context!r}; use one of {', '.join(SFT_CONTEXTS)}.")
+    return [*head, {**last, "content": content}]
 
 
 def sft_rows(rl_rows, contexts: tuple[str, ...] = SFT_CONTEXTS) -> list[dict]:
     """1 + len(contexts) SFT conversations per RL row, each ending in the gold solution: the plain prompt, then the
-    row's teacher prompt under each context."""
+    row's teacher prompt under each context (the answer read from the row as the answer context reads it)."""
+    from treetune_recipe.cpo.teacher.answer import row_answer
+
     rows = []
     for prompt, extra_info, reward in zip(
         rl_rows["prompt"], rl_rows["extra_info"], rl_rows["reward_model"], strict=True
@@ -248,16 +253,9 @@ def sft_rows(rl_rows, contexts: tuple[str, ...] = SFT_CONTEXTS) -> list[dict]:
         answer = {"role": "assistant", "content": extra_info["solution"]}
         rows.append({"messages": [*[dict(m) for m in prompt], answer]})
         for context in contexts:
-            messages = context_messages(context, list(prompt), extra_info, str(reward["ground_truth"]))
+            messages = context_messages(context, list(prompt), extra_info, row_answer(reward))
             rows.append({"messages": [*messages, answer]})
     return rows
-
-
-def write_long_chain_data(config: WarmStartConfig, out_dir: Path) -> None:
-    """The long regime's train/val/test parquet files in ``out_dir`` (``data/long_chain/`` of a warm start)."""
-    from treetune_verl.tiny_assets import write_task_data
-
-    write_task_data(config.long_chain.assets(config.assets), out_dir)
 
 
 def _write_sft_data(config: WarmStartConfig, data_dir: Path, out_dir: Path) -> tuple[Path, Path]:
@@ -453,7 +451,7 @@ def _copy_data(config: WarmStartConfig, assets_dir: Path, data_dir: Path) -> Non
     """The assets' problems, and the long regime's in ``long_chain/`` when the config has one."""
     shutil.copytree(assets_dir / "data", data_dir)
     if config.long_chain is not None:
-        write_long_chain_data(config, data_dir / LONG_CHAIN_DATA)
+        write_task_data(config.long_chain.assets(config.assets), data_dir / LONG_CHAIN_DATA)
 
 
 def _write_build_info(config: WarmStartConfig, out_dir: Path, **fields) -> None:

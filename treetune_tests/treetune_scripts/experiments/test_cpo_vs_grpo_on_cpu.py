@@ -105,7 +105,7 @@ def test_the_hard_regime_trains_on_the_hard_prompts_of_the_default_warm_start(tm
         **_hard_info(0.3, 0.0, 0.5),
         **dict(train_pool=8, train_prompts=4, val_pool=4, val_prompts=2, gate_prompts=4, correct_frac=0.1),
     }
-    selected = hard_prompts.HardPrompts(train=tmp_path / "train.parquet", val=tmp_path / "val.parquet", info=info)
+    selected = hard_prompts.RegimePrompts(train=tmp_path / "train.parquet", val=tmp_path / "val.parquet", info=info)
     monkeypatch.setattr(experiment, "build_warm_start", lambda config: built.append(config) or warm)
     monkeypatch.setattr(hard_prompts, "select_hard_prompts", lambda path: selected if path == warm else None)
     monkeypatch.setattr(experiment, "launch_cpo_on_cpu", no_training)
@@ -130,7 +130,7 @@ def test_the_long_regime_trains_and_validates_on_the_long_chains_and_gates_on_th
         "correct_frac": 0.2,
         "solution_tokens": {"min": 80, "mean": 110.0, "max": 150},
     }
-    selected = long_chain.LongChainPrompts(
+    selected = hard_prompts.RegimePrompts(
         train=tmp_path / "long_train.parquet", val=tmp_path / "long_val.parquet", info=info
     )
     monkeypatch.setattr(experiment, "build_warm_start", lambda config: warm)
