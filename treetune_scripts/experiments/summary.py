@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     warm = warm_info(directories[0])
     plans = [d / "experiment.json" for d in directories]
     regimes = sorted({json.loads(p.read_text()).get("regime", "?") for p in plans if p.is_file()}) or ["?"]
-    caption = "; ".join(provenance(d, "+".join(regimes), warm) for d in directories)
+    caption = provenance(directories, "+".join(regimes), warm)
     print(write_summary(results_csv, output_dir / "summary.md", warm, caption=caption))
     plot_curves(results_csv, output_dir / "curves.png", caption=caption)
 

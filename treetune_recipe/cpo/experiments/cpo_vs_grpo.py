@@ -506,7 +506,7 @@ def run_experiment(experiment: Experiment) -> int:
                 f"[experiment] {name} done: final val acc {final[-1] if final else 'n/a'}, run {wall:.0f} s", flush=True
             )
 
-    caption = summary.provenance(output_dir, experiment.regime_name, info)
+    caption = summary.provenance([output_dir], experiment.regime_name, info)
     table = summary.write_summary(
         output_dir / "results.csv", output_dir / "summary.md", warm_info=info, regime_note=regime_note, caption=caption
     )

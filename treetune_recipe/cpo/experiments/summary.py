@@ -230,19 +230,21 @@ def summary_table(stats: dict) -> str:
     return "\n".join(lines)
 
 
-def provenance(experiment_dir: Path, regime: str, warm: dict | None = None) -> str:
-    """One line naming what an experiment's table and figure measured: the regime, the commits its runs trained with
-    (their ``run.json``; ``unknown`` for a run that did not record one) and the warm start (its cache key in
-    ``experiment.json`` and its weights' sha256)."""
+def provenance(experiment_dirs: list[Path], regime: str, warm: dict | None = None) -> str:
+    """One line naming what a table and figure measured: the regime, the runs of every folder and the commits they
+    trained with (their ``run.json``; ``unknown`` for a run that did not record one), and the warm start (its cache key
+    in the first folder's ``experiment.json``, which :func:`combine_results` checks the others share, and its weights'
+    sha256)."""
     import json
 
-    runs = sorted(Path(experiment_dir).glob("runs/*/run.json"))
+    runs = sorted(path for directory in experiment_dirs for path in Path(directory).glob("runs/*/run.json"))
     commits = sorted({json.loads(path.read_text()).get("commit", "unknown") for path in runs})
     named = ", ".join(commit[:10] + ("-dirty" if commit.endswith("-dirty") else "") for commit in commits) or "none"
-    plan_path = Path(experiment_dir) / "experiment.json"
+    folders = f" in {len(experiment_dirs)} folders" if len(experiment_dirs) > 1 else ""
+    plan_path = Path(experiment_dirs[0]) / "experiment.json"
     key = json.loads(plan_path.read_text()).get("warm_start", "?") if plan_path.is_file() else "?"
     weights = (warm or {}).get("weights_sha256", "?")[:12]
-    return f"{regime} regime, {len(runs)} runs at commit {named}; warm start {key} (weights sha256 {weights}…)"
+    return f"{regime} regime, {len(runs)} runs{folders} at commit {named}; warm start {key} (weights sha256 {weights}…)"
 
 
 def write_summary(

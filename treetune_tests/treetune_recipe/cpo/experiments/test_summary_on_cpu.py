@@ -114,15 +114,31 @@ def test_paired_interval_uses_the_student_t_quantile_of_its_seed_count(seeds, pu
     assert half_width != pytest.approx(1.96 * sem, rel=2e-4)  # the normal quantile would be too narrow here
 
 
-def test_provenance_names_the_runs_commits_and_the_warm_start(tmp_path):
+def _write_experiment(directory, runs):
     import json
 
-    (tmp_path / "experiment.json").write_text(json.dumps({"warm_start": "6828801826999ec1"}))
-    for name, record in (("grpo__seed0", {"commit": "0123456789abcdef-dirty"}), ("sdpo__seed0", {})):
-        (tmp_path / "runs" / name).mkdir(parents=True)
-        (tmp_path / "runs" / name / "run.json").write_text(json.dumps({"wall_s": 1.0, **record}))
-    line = summary.provenance(tmp_path, "hard", {"weights_sha256": "2445a529638f5531"})
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "experiment.json").write_text(json.dumps({"warm_start": "6828801826999ec1"}))
+    for name, record in runs:
+        (directory / "runs" / name).mkdir(parents=True)
+        (directory / "runs" / name / "run.json").write_text(json.dumps({"wall_s": 1.0, **record}))
+
+
+def test_provenance_names_the_runs_commits_and_the_warm_start(tmp_path):
+    _write_experiment(tmp_path, [("grpo__seed0", {"commit": "0123456789abcdef-dirty"}), ("sdpo__seed0", {})])
+    line = summary.provenance([tmp_path], "hard", {"weights_sha256": "2445a529638f5531"})
     assert line == (
         "hard regime, 2 runs at commit 0123456789-dirty, unknown; warm start 6828801826999ec1 "
+        "(weights sha256 2445a529638f…)"
+    )
+
+
+def test_provenance_of_several_folders_counts_their_runs_once_each(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    _write_experiment(first, [("grpo__seed0", {"commit": "0123456789abcdef"})])
+    _write_experiment(second, [("sdpo__seed0", {"commit": "0123456789abcdef"}), ("sdpo__seed1", {"commit": "fe"})])
+    line = summary.provenance([first, second], "long", {"weights_sha256": "2445a529638f5531"})
+    assert line == (
+        "long regime, 3 runs in 2 folders at commit 0123456789, fe; warm start 6828801826999ec1 "
         "(weights sha256 2445a529638f…)"
     )
