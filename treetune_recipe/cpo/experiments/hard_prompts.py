@@ -30,11 +30,11 @@ Cached in the warm start's folder (``hard_prompts/``: ``train.parquet``, ``val.p
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 from pathlib import Path
 
+from treetune_recipe.cpo.experiments.task import RegimePrompts
 from treetune_recipe.cpo.experiments.warm_start import WarmStartGateError, completion_correctness, measure_accuracy
 from treetune_verl.tiny_assets import build_cached
 
@@ -51,16 +51,6 @@ ALL_WRONG_MIN = 0.6
 HINT_GAIN_MIN = 0.2
 HELD_OUT_SPLITS = ("val", "test")
 FOLDER = "hard_prompts"
-
-
-@dataclasses.dataclass(frozen=True)
-class RegimePrompts:
-    """A regime's data (the hard prompts here, the long chains in ``long_chain.py``): parquet files in the task's
-    schema and what was measured on them."""
-
-    train: Path
-    val: Path
-    info: dict
 
 
 def select_hard_prompts(warm_start_dir: Path) -> RegimePrompts:

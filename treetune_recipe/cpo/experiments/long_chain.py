@@ -33,8 +33,7 @@ import functools
 import json
 from pathlib import Path
 
-from treetune_recipe.cpo.experiments.hard_prompts import RegimePrompts
-from treetune_recipe.cpo.experiments.task import LONG_CHAIN_OVERRIDES, override_value
+from treetune_recipe.cpo.experiments.task import LONG_CHAIN_OVERRIDES, RegimePrompts, override_value
 from treetune_recipe.cpo.experiments.warm_start import (
     LONG_CHAIN_DATA,
     WarmStartGateError,

@@ -12,9 +12,13 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """The chain task's RL settings, shared by every run on a warm start (the demo, each experiment run, the tests that
-train from the warm start): the hint wording, the task's RL overrides and its validation metric."""
+train from the warm start): the hint wording, the task's RL overrides, its validation metric, and the shape of a
+regime's prompt set."""
 
 from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
 
 #: The experiments' hint wording: the default's opening and request on one line (the default's rules would triple the
 #: length of every hinted sequence on these short problems); RL runs get it through :data:`HINT_OVERRIDES`.
@@ -72,3 +76,13 @@ def val_acc_key(samples: int) -> str:
 
 #: The task's validation metric under :data:`TASK_RL_OVERRIDES`: greedy accuracy, one response per prompt.
 GREEDY_VAL_ACC_KEY = val_acc_key(1)
+
+
+@dataclasses.dataclass(frozen=True)
+class RegimePrompts:
+    """A regime's prompts (the hard ones of ``hard_prompts.py``, the long chains of ``long_chain.py``): training and
+    held-out parquet files in the task's schema, and what was measured on them (``info.json``)."""
+
+    train: Path
+    val: Path
+    info: dict

@@ -26,7 +26,7 @@ import subprocess
 import pytest
 
 from treetune_recipe.cpo.experiments import cpo_vs_grpo as experiment  # the library; cpo_vs_grpo: the command line
-from treetune_recipe.cpo.experiments import hard_prompts, long_chain
+from treetune_recipe.cpo.experiments import hard_prompts, long_chain, task
 from treetune_recipe.cpo.experiments.task import val_acc_key
 from treetune_recipe.cpo.experiments.warm_start import warm_start_hash
 from treetune_scripts.experiments import cpo_vs_grpo
@@ -105,7 +105,7 @@ def test_the_hard_regime_trains_on_the_hard_prompts_of_the_default_warm_start(tm
         **_hard_info(0.3, 0.0, 0.5),
         **dict(train_pool=8, train_prompts=4, val_pool=4, val_prompts=2, gate_prompts=4, correct_frac=0.1),
     }
-    selected = hard_prompts.RegimePrompts(train=tmp_path / "train.parquet", val=tmp_path / "val.parquet", info=info)
+    selected = task.RegimePrompts(train=tmp_path / "train.parquet", val=tmp_path / "val.parquet", info=info)
     monkeypatch.setattr(experiment, "build_warm_start", lambda config: built.append(config) or warm)
     monkeypatch.setattr(hard_prompts, "select_hard_prompts", lambda path: selected if path == warm else None)
     monkeypatch.setattr(experiment, "launch_cpo_on_cpu", no_training)
@@ -130,9 +130,7 @@ def test_the_long_regime_trains_and_validates_on_the_long_chains_and_gates_on_th
         "correct_frac": 0.2,
         "solution_tokens": {"min": 80, "mean": 110.0, "max": 150},
     }
-    selected = hard_prompts.RegimePrompts(
-        train=tmp_path / "long_train.parquet", val=tmp_path / "long_val.parquet", info=info
-    )
+    selected = task.RegimePrompts(train=tmp_path / "long_train.parquet", val=tmp_path / "long_val.parquet", info=info)
     monkeypatch.setattr(experiment, "build_warm_start", lambda config: warm)
     monkeypatch.setattr(long_chain, "long_chain_prompts", lambda path: selected if path == warm else None)
     launched = []
